@@ -1,0 +1,31 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both build .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# llama-cpp-python builds from source; the multimodal part is not needed and costs a quarter of the build.
+export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+
+.PHONY: demo test lint bench install clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test,bench]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(PY) -m llmflow.demo
+
+lint: install
+	$(PY) -m ruff check llmflow tests benchmarks
+
+test: install lint
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) benchmarks/bench_engine.py
+
+clean:
+	rm -rf $(VENV) .demo

@@ -1,0 +1,177 @@
+"""From chat messages to prompt text: the model's own template, a seed-style prompt map, or raw.
+
+Chat templates come from model files and are untrusted: they render in Jinja2's immutable
+sandbox, and every failure becomes a `ChatTemplateError` that says what went wrong.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Protocol
+
+from llmflow.errors import ChatTemplateError, FieldProblem, InvalidMessages
+from llmflow.types import Message
+
+ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
+MAX_MESSAGES = 1024
+
+
+def parse_messages(raw: Any, field_name: str = "messages") -> list[Message]:
+    """Validate `[{role, content}, ...]` (content may be OpenAI text parts); name each bad field."""
+    if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)):
+        raise InvalidMessages.single(field_name, "must be a list of {role, content} objects")
+    if not raw:
+        raise InvalidMessages.single(field_name, "must hold at least one message")
+    if len(raw) > MAX_MESSAGES:
+        raise InvalidMessages.single(field_name, f"at most {MAX_MESSAGES} messages are allowed")
+    messages: list[Message] = []
+    problems: list[FieldProblem] = []
+    for index, item in enumerate(raw):
+        where = f"{field_name}[{index}]"
+        if isinstance(item, Message):
+            messages.append(item)
+            continue
+        if not isinstance(item, Mapping):
+            problems.append(FieldProblem(where, "must be an object with role and content"))
+            continue
+        role = item.get("role")
+        if not isinstance(role, str) or role not in ROLES:
+            problems.append(
+                FieldProblem(f"{where}.role", f"must be one of {', '.join(sorted(ROLES))}; got {role!r}")
+            )
+        content = _content_text(item.get("content"))
+        if content is None:
+            problems.append(
+                FieldProblem(f"{where}.content", "must be a string or a list of text parts")
+            )
+        if not problems:
+            messages.append(Message(role, content))
+    if problems:
+        raise InvalidMessages(problems)
+    return messages
+
+
+def _content_text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence) and not isinstance(content, (str, bytes)):
+        texts = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text":
+                return None
+            text = part.get("text")
+            if not isinstance(text, str):
+                return None
+            texts.append(text)
+        return "".join(texts)
+    return None
+
+
+def with_system_prompt(messages: list[Message], system_prompt: str | None) -> list[Message]:
+    """Prepend `system_prompt` unless the conversation already has a system message."""
+    if not system_prompt or any(m.role == "system" for m in messages):
+        return messages
+    return [Message("system", system_prompt), *messages]
+
+
+class PromptFormat(Protocol):
+    """Renders a conversation into the text the model continues."""
+
+    def render(self, messages: Sequence[Message]) -> str: ...
+
+
+class _TemplateRaised(Exception):
+    """`raise_exception(...)` called by a chat template: it rejects the conversation."""
+
+
+def _raise_exception(message: str) -> None:
+    raise _TemplateRaised(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A Jinja2 chat template as shipped in GGUF metadata or `tokenizer_config.json`."""
+
+    source: str
+    bos_token: str = ""
+    eos_token: str = ""
+
+    @cached_property
+    def _template(self) -> Any:
+        from jinja2 import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = _strftime_now
+        try:
+            return env.from_string(self.source)
+        except TemplateError as exc:
+            raise ChatTemplateError(f"the chat template does not parse: {exc}") from None
+
+    def validate(self) -> None:
+        """Compile now, so a broken template fails at load time rather than at the first request."""
+        _ = self._template
+
+    def render(self, messages: Sequence[Message]) -> str:
+        from jinja2 import TemplateError
+        from jinja2.sandbox import SecurityError
+
+        try:
+            return self._template.render(
+                messages=[{"role": m.role, "content": m.content} for m in messages],
+                add_generation_prompt=True,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except _TemplateRaised as exc:
+            raise InvalidMessages.single("messages", f"rejected by the chat template: {exc}") from None
+        except SecurityError as exc:
+            raise ChatTemplateError(f"the chat template tried something unsafe: {exc}") from None
+        except (TemplateError, TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+            raise ChatTemplateError(f"the chat template failed to render: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PromptMap:
+    """The seed's format: one `str.format` template per role between a pre- and post-prompt.
+
+    Roles missing from the map are left out, as in the seed.
+    """
+
+    prompt_map: Mapping[str, str]
+    pre_prompt: str = ""
+    post_prompt: str = ""
+
+    def __post_init__(self) -> None:
+        for role, template in self.prompt_map.items():
+            if "{}" not in template and "{content}" not in template:
+                raise ChatTemplateError(
+                    f"prompt_map[{role!r}] must contain '{{}}' or '{{content}}' where the message goes"
+                )
+
+    def render(self, messages: Sequence[Message]) -> str:
+        parts = [self.pre_prompt]
+        for message in messages:
+            template = self.prompt_map.get(message.role)
+            if template is not None:
+                parts.append(template.replace("{content}", "{}").replace("{}", message.content, 1))
+        parts.append(self.post_prompt)
+        return "".join(parts)
+
+
+@dataclass(frozen=True)
+class RawPrompt:
+    """No template: the messages' contents joined, for plain completion models."""
+
+    separator: str = "\n"
+
+    def render(self, messages: Sequence[Message]) -> str:
+        return self.separator.join(m.content for m in messages)
