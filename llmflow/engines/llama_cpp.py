@@ -94,7 +94,7 @@ class LlamaCppEngine:
 
     @property
     def model_name(self) -> str:
-        return self._llama.metadata.get("general.name") or self._model_path.stem
+        return self._model_path.name.removesuffix(".gguf")
 
     @property
     def n_ctx(self) -> int:

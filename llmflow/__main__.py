@@ -1,0 +1,3 @@
+from llmflow.cli import app
+
+app()

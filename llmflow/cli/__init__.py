@@ -1,0 +1,25 @@
+"""The `llmflow` command line. Each command lives in its own module; heavy imports stay inside
+the command functions so that `llmflow --help` is instant."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="llmflow",
+    help="Run a local LLM as an MLflow model that streams.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register_commands() -> None:
+    from llmflow.cli import generate
+
+    generate.register(app)
+
+
+_register_commands()
+
+__all__ = ["app"]

@@ -1,0 +1,42 @@
+"""What the commands share: turning llmflow errors into exit codes, and printing streams."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+
+from llmflow.errors import LlmflowError
+from llmflow.timing import StreamTimer
+from llmflow.types import Chunk, FinishReason
+
+EXIT_BAD_INPUT = 2
+
+
+@contextmanager
+def exit_on_llmflow_error() -> Iterator[None]:
+    """The one place where llmflow errors become a message on stderr and an exit code."""
+    try:
+        yield
+    except LlmflowError as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def print_stream(chunks: Iterator[Chunk], *, separator: str = "") -> tuple[str, FinishReason | None, StreamTimer]:
+    """Write text chunks to stdout as they arrive (with `separator` between chunks, like the
+    seed's `|`); return the answer, its finish reason and the timer."""
+    timer = StreamTimer()
+    parts: list[str] = []
+    finish = None
+    for chunk in timer.watch(chunks):
+        if chunk.is_final:
+            finish = chunk.finish_reason
+            break
+        parts.append(chunk.text)
+        sys.stdout.write(chunk.text + separator)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return "".join(parts), finish, timer
