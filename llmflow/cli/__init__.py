@@ -14,6 +14,11 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def main() -> None:
+    """Run a local LLM as an MLflow model that streams."""
+
+
 def _register_commands() -> None:
     from llmflow.cli import generate
 
