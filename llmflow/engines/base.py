@@ -24,6 +24,11 @@ class Engine(Protocol):
     def model_name(self) -> str: ...
 
     @property
+    def max_concurrency(self) -> int:
+        """How many generations may run at once (1 unless the engine batches)."""
+        ...
+
+    @property
     def n_ctx(self) -> int: ...
 
     @property

@@ -97,6 +97,10 @@ class LlamaCppEngine:
         return self._model_path.name.removesuffix(".gguf")
 
     @property
+    def max_concurrency(self) -> int:
+        return 1
+
+    @property
     def n_ctx(self) -> int:
         return self._llama.n_ctx()
 
