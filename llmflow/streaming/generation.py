@@ -50,6 +50,9 @@ def stream_chunks(
                     break
             if generated >= max_tokens:
                 break
+        else:  # the engine stopped by itself: it saw the cancel, or the context is full
+            if cancel is not None and cancel.cancelled:
+                finish = FinishReason.CANCELLED
     finally:
         close = getattr(tokens, "close", None)
         if close is not None:

@@ -1,0 +1,69 @@
+"""A scripted engine: byte-level tokens, a fixed answer. It exercises the engine contract and
+the streaming core without a model, so conformance tests also run on it."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from typing import ClassVar
+
+from llmflow.params import SamplingParams
+from llmflow.prompts import ChatTemplate
+from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
+from llmflow.types import CancelToken
+
+EOS = 256
+ANSWER = "大阪城は有名です。Osaka Castle is famous 🏯. It was built in 1583. <|im_end|>"
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class ScriptedEngine:
+    """Answers ANSWER's bytes one token each at temperature 0, a seeded shuffle of them otherwise,
+    then EOS. Records how many tokens it produced, for cancellation tests."""
+
+    name: ClassVar[str] = "scripted"
+    concurrent: ClassVar[bool] = False
+
+    def __init__(self, answer: str = ANSWER, n_ctx: int = 512):
+        self._answer = answer.encode()
+        self._n_ctx = n_ctx
+        self.tokens_generated = 0
+
+    model_name = "scripted"
+    max_concurrency = 1
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return frozenset({EOS})
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(text.encode())
+
+    def chat_template(self) -> ChatTemplate | None:
+        return ChatTemplate(TEMPLATE)
+
+    def detokenizer(self) -> Detokenizer:
+        return ByteDetokenizer(lambda t: b"" if t == EOS else bytes([t]))
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken) -> Iterator[int]:
+        answer = list(self._answer)
+        if not params.greedy:
+            random.Random(params.seed).shuffle(answer)
+        room = self._n_ctx - len(prompt_ids)
+        for produced, token in enumerate([*answer, EOS][:room], 1):
+            if cancel.cancelled:
+                return
+            self.tokens_generated += 1
+            yield token
+            if produced >= room:
+                return
+
+    def close(self) -> None:
+        pass
