@@ -1,9 +1,9 @@
 """The Python API: a loaded model that streams answers.
 
-    from llmflow import LLM
-    llm = LLM.load()                      # the embedded SmolLM2 model
-    for chunk in llm.stream("Hello!", {"max_tokens": 32}):
-        print(chunk.text, end="")
+from llmflow import LLM
+llm = LLM.load()                      # the embedded SmolLM2 model
+for chunk in llm.stream("Hello!", {"max_tokens": 32}):
+    print(chunk.text, end="")
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from llmflow.engines import guess_engine, load_engine
 from llmflow.engines.base import Engine
@@ -32,7 +32,7 @@ from llmflow.streaming import stream_chunks
 from llmflow.types import CancelToken, Chunk, Completion, Message
 
 #: a prompt string (sent as one user message) or a conversation
-PromptInput = Union[str, Sequence[Mapping[str, Any]], Sequence[Message]]
+PromptInput = str | Sequence[Mapping[str, Any]] | Sequence[Message]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +100,7 @@ class LLM:
             if not isinstance(prompt, str):
                 raise InvalidRequest.single("prompt", "a raw completion needs a string prompt")
             return prompt
-        if isinstance(prompt, str):
-            messages = [Message("user", prompt)]
-        else:
-            messages = parse_messages(prompt)
+        messages = [Message("user", prompt)] if isinstance(prompt, str) else parse_messages(prompt)
         system = system_prompt if system_prompt is not None else self.system_prompt
         return self.prompt_format.render(with_system_prompt(messages, system))
 

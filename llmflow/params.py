@@ -28,9 +28,7 @@ class SamplingParams(BaseModel):
     min_p: float = Field(0.05, ge=0.0, le=1.0, description="drop tokens below min_p * p(top); 0 = off")
     repetition_penalty: float = Field(1.0, gt=0.0, le=5.0, description="1 = off")
     max_tokens: int = Field(256, ge=1, description="tokens to generate at most (not chunks)")
-    stop: tuple[str, ...] = Field(
-        (), description="strings that end the answer; never part of the output"
-    )
+    stop: tuple[str, ...] = Field((), description="strings that end the answer; never part of the output")
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="None = random")
 
     @field_validator("stop", mode="before")
@@ -59,7 +57,9 @@ class SamplingParams(BaseModel):
         return self.temperature == 0.0
 
     @classmethod
-    def parse(cls, values: Mapping[str, Any] | SamplingParams | None = None, **overrides: Any) -> SamplingParams:
+    def parse(
+        cls, values: Mapping[str, Any] | SamplingParams | None = None, **overrides: Any
+    ) -> SamplingParams:
         """Validate user input, raising `InvalidParams` that names every bad field at once."""
         if isinstance(values, SamplingParams):
             return values.model_copy(update=overrides) if overrides else values

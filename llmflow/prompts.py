@@ -44,9 +44,7 @@ def parse_messages(raw: Any, field_name: str = "messages") -> list[Message]:
             )
         content = _content_text(item.get("content"))
         if content is None:
-            problems.append(
-                FieldProblem(f"{where}.content", "must be a string or a list of text parts")
-            )
+            problems.append(FieldProblem(f"{where}.content", "must be a string or a list of text parts"))
         if not problems:
             messages.append(Message(role, content))
     if problems:

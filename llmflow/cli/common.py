@@ -25,7 +25,9 @@ def exit_on_llmflow_error() -> Iterator[None]:
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
-def print_stream(chunks: Iterator[Chunk], *, separator: str = "") -> tuple[str, FinishReason | None, StreamTimer]:
+def print_stream(
+    chunks: Iterator[Chunk], *, separator: str = ""
+) -> tuple[str, FinishReason | None, StreamTimer]:
     """Write text chunks to stdout as they arrive (with `separator` between chunks, like the
     seed's `|`); return the answer, its finish reason and the timer."""
     timer = StreamTimer()

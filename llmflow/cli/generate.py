@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,13 +13,13 @@ from llmflow.cli.common import exit_on_llmflow_error, print_stream
 def generate(
     prompt: Annotated[str, typer.Argument(help="what to ask")],
     model: Annotated[
-        Optional[Path], typer.Option(help="a GGUF file; default: the embedded SmolLM2-135M-Instruct")
+        Path | None, typer.Option(help="a GGUF file; default: the embedded SmolLM2-135M-Instruct")
     ] = None,
     max_tokens: Annotated[int, typer.Option(help="tokens to generate at most")] = 256,
     temperature: Annotated[float, typer.Option(help="0 = greedy")] = 0.8,
-    stop: Annotated[Optional[list[str]], typer.Option(help="a stop string (repeatable)")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="sampling seed")] = None,
-    system: Annotated[Optional[str], typer.Option(help="system prompt")] = None,
+    stop: Annotated[list[str] | None, typer.Option(help="a stop string (repeatable)")] = None,
+    seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
+    system: Annotated[str | None, typer.Option(help="system prompt")] = None,
     raw: Annotated[bool, typer.Option(help="no chat template: continue the prompt as is")] = False,
     show_tokens: Annotated[bool, typer.Option(help="put | between streamed chunks")] = False,
 ) -> None:

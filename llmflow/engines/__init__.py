@@ -46,4 +46,12 @@ def guess_engine(model_path: Path) -> str:
     return DEFAULT_ENGINE
 
 
-__all__ = ["DEFAULT_ENGINE", "Engine", "engine_class", "engine_names", "guess_engine", "load_engine", "register_engine"]
+__all__ = [
+    "DEFAULT_ENGINE",
+    "Engine",
+    "engine_class",
+    "engine_names",
+    "guess_engine",
+    "load_engine",
+    "register_engine",
+]

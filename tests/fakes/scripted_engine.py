@@ -52,7 +52,9 @@ class ScriptedEngine:
     def detokenizer(self) -> Detokenizer:
         return ByteDetokenizer(lambda t: b"" if t == EOS else bytes([t]))
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken) -> Iterator[int]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[int]:
         answer = list(self._answer)
         if not params.greedy:
             random.Random(params.seed).shuffle(answer)
