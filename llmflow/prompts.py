@@ -93,6 +93,21 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+def _sandbox() -> Any:
+    """Jinja2's immutable sandbox, made strict: touching an unsafe attribute fails at once
+    instead of rendering as an empty string."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+    class StrictSandbox(ImmutableSandboxedEnvironment):
+        def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+            raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__} is not allowed")
+
+    env = StrictSandbox(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
 @dataclass(frozen=True)
 class ChatTemplate:
     """A Jinja2 chat template as shipped in GGUF metadata or `tokenizer_config.json`."""
@@ -104,13 +119,9 @@ class ChatTemplate:
     @cached_property
     def _template(self) -> Any:
         from jinja2 import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = _strftime_now
         try:
-            return env.from_string(self.source)
+            return _sandbox().from_string(self.source)
         except TemplateError as exc:
             raise ChatTemplateError(f"the chat template does not parse: {exc}") from None
 
