@@ -10,7 +10,7 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,bench]"
+	$(PY) -m pip install --quiet -e ".[test,bench,compare,transformers,spark]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -91,6 +91,29 @@ class EngineUnavailable(LlmflowError):
     code = "engine_unavailable"
 
 
+class EngineFailed(LlmflowError):
+    """The engine broke while generating (not the caller's fault): a background thread died, a
+    device error. The stream that sees it ends with this error."""
+
+    code = "engine_error"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+
+
+class BatchFileError(LlmflowError):
+    """A batch input or output llmflow cannot use: an unknown format, no prompt column, an
+    output that exists already."""
+
+    code = "batch_file_error"
+
+
+class SparkUnavailable(LlmflowError):
+    """Spark was asked for but cannot start here: pyspark (the `spark` extra) or Java is missing."""
+
+    code = "spark_unavailable"
+
+
 class QueueFull(LlmflowError):
     code = "queue_full"
 
@@ -98,3 +121,48 @@ class QueueFull(LlmflowError):
         self.limit = limit
         self.retry_after_s = retry_after_s
         super().__init__(f"the server is busy: {limit} requests are already waiting; retry later")
+
+
+class Unauthorized(LlmflowError):
+    """A missing or wrong API key."""
+
+    code = "invalid_api_key"
+
+    def __init__(self, message: str = "a valid API key is needed: send 'Authorization: Bearer <key>'"):
+        super().__init__(message)
+
+
+class RequestTooLarge(LlmflowError):
+    code = "request_too_large"
+
+    def __init__(self, limit_bytes: int):
+        self.limit_bytes = limit_bytes
+        super().__init__(f"the request body is larger than the server's limit of {limit_bytes} bytes")
+
+
+class UnsupportedEndpoint(LlmflowError):
+    """A route the served model cannot answer, e.g. chat completions for a plain pyfunc model."""
+
+    code = "unsupported_endpoint"
+
+
+class RequestTimeout(LlmflowError):
+    """A request that ran past the server's per-request time limit."""
+
+    code = "timeout"
+
+    def __init__(self, timeout_s: float, message: str | None = None):
+        self.timeout_s = timeout_s
+        super().__init__(message or f"the request took longer than the server's limit of {timeout_s:g} s")
+
+
+class QueueTimeout(RequestTimeout):
+    """A request that waited in the queue for its whole time limit: the server is overloaded."""
+
+    code = "queue_timeout"
+
+    def __init__(self, timeout_s: float, retry_after_s: int = 1):
+        self.retry_after_s = retry_after_s
+        super().__init__(
+            timeout_s, f"the server is busy: the request waited {timeout_s:g} s in the queue; retry later"
+        )

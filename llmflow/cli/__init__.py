@@ -20,9 +20,14 @@ def main() -> None:
 
 
 def _register_commands() -> None:
-    from llmflow.cli import generate
+    from llmflow.cli import batch, bench, chat, generate, log, serve
 
     generate.register(app)
+    bench.register(app)
+    log.register(app)
+    chat.register(app)
+    serve.register(app)
+    batch.register(app)
 
 
 _register_commands()

@@ -17,11 +17,18 @@ EXIT_BAD_INPUT = 2
 
 @contextmanager
 def exit_on_llmflow_error() -> Iterator[None]:
-    """The one place where llmflow errors become a message on stderr and an exit code."""
+    """The one place where llmflow errors (and MLflow's, once MLflow is in use) become a message
+    on stderr and an exit code."""
     try:
         yield
     except LlmflowError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except Exception as exc:
+        mlflow_exceptions = sys.modules.get("mlflow.exceptions")  # never imported just for this
+        if mlflow_exceptions is None or not isinstance(exc, mlflow_exceptions.MlflowException):
+            raise
+        typer.secho(f"error: {exc.message}", err=True, fg=typer.colors.RED)
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 

@@ -14,6 +14,9 @@ DEFAULT_ENGINE = "llama_cpp"
 
 _ENGINES: dict[str, str] = {
     "llama_cpp": "llmflow.engines.llama_cpp:LlamaCppEngine",
+    "llama_cpp_batched": "llmflow.engines.llama_cpp_batched:LlamaCppBatchedEngine",
+    "exllamav2": "llmflow.engines.exllamav2:ExLlamaV2Engine",
+    "transformers": "llmflow.engines.hf:TransformersEngine",
 }
 
 
@@ -43,7 +46,23 @@ def guess_engine(model_path: Path) -> str:
     """The engine for a model file or directory, from what it looks like."""
     if model_path.suffix == ".gguf":
         return "llama_cpp"
+    if _is_exl2_dir(model_path):
+        return "exllamav2"
+    if model_path.is_dir() and (model_path / "config.json").is_file():
+        return "transformers"  # any other Hugging Face model directory
     return DEFAULT_ENGINE
+
+
+def _is_exl2_dir(model_path: Path) -> bool:
+    """An EXL2-quantised directory: config.json's quantization_config says quant_method "exl2"."""
+    import json
+
+    try:
+        config = json.loads((model_path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    quant = config.get("quantization_config") if isinstance(config, dict) else None
+    return isinstance(quant, dict) and quant.get("quant_method") == "exl2"
 
 
 __all__ = [

@@ -51,32 +51,24 @@ class LlamaCppEngine:
 
     name: ClassVar[str] = "llama_cpp"
     concurrent: ClassVar[bool] = False
+    #: what a logged model pins in its pip requirements (see llmflow.mlflow.requirements)
+    pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
+    #: the load option that sets CPU threads (see llmflow.mlflow.executor: threads per Spark task)
+    thread_option: ClassVar[str] = "n_threads"
 
     def __init__(self, llama: Any, model_path: Path, options: LlamaCppOptions):
-        import llama_cpp
-
         self._llama = llama
-        self._lib = llama_cpp
         self._model_path = model_path
         self.options = options
-        vocab = llama._model.vocab
-        n_vocab = llama.n_vocab()
-        self._pieces = _token_pieces(llama_cpp, vocab, n_vocab)
-        self._eos = frozenset(t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t))
-        self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
-        self._bos_text = self._special_text(llama_cpp.llama_vocab_bos(vocab))
-        self._eos_text = self._special_text(llama_cpp.llama_vocab_eos(vocab))
+        self._vocab = LlamaVocab(llama._model, llama.metadata)
 
     @classmethod
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppEngine:
         parsed = LlamaCppOptions.parse(options)
-        path = Path(model_path)
-        if not path.is_file():
-            raise ModelNotFound(f"no GGUF file at {str(path)!r}")
-        try:
-            from llama_cpp import Llama
-        except ImportError as exc:
-            raise EngineUnavailable(f"the llama_cpp engine needs llama-cpp-python: {exc}") from None
+        path = gguf_file(model_path)
+        import_llama_cpp(cls.name)
+        from llama_cpp import Llama
+
         try:
             llama = Llama(
                 model_path=str(path),
@@ -106,26 +98,20 @@ class LlamaCppEngine:
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        return self._eos
+        return self._vocab.eos_token_ids
 
     @property
     def metadata(self) -> dict[str, str]:
-        return dict(self._llama.metadata)
+        return dict(self._vocab.metadata)
 
     def tokenize(self, text: str) -> list[int]:
-        add_bos = self._add_bos
-        if add_bos and self._bos_text and text.startswith(self._bos_text):
-            add_bos = False  # the template wrote BOS already
-        return self._llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+        return self._vocab.tokenize(text)
 
     def chat_template(self) -> ChatTemplate | None:
-        source = self._llama.metadata.get("tokenizer.chat_template")
-        if not source:
-            return None
-        return ChatTemplate(source, bos_token=self._bos_text, eos_token=self._eos_text)
+        return self._vocab.chat_template()
 
     def detokenizer(self) -> Detokenizer:
-        return ByteDetokenizer(self._pieces.__getitem__)
+        return self._vocab.detokenizer()
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
@@ -154,12 +140,63 @@ class LlamaCppEngine:
     def close(self) -> None:
         self._llama.close()
 
-    def _special_text(self, token_id: int) -> str:
-        if token_id < 0:
-            return ""
-        return _piece(self._lib, self._llama._model.vocab, token_id, special=True).decode(
-            "utf-8", errors="replace"
+
+def gguf_file(model_path: str | Path) -> Path:
+    path = Path(model_path)
+    if not path.is_file():
+        raise ModelNotFound(f"no GGUF file at {str(path)!r}")
+    return path
+
+
+def import_llama_cpp(engine_name: str) -> Any:
+    """The llama_cpp module, or a clear error when llama-cpp-python is not installed."""
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise EngineUnavailable(f"the {engine_name} engine needs llama-cpp-python: {exc}") from None
+    return llama_cpp
+
+
+class LlamaVocab:
+    """The text side of a loaded GGUF model, shared by the llama.cpp engines: tokenization,
+    every token's bytes, the end-of-generation tokens and the chat template."""
+
+    def __init__(self, model: Any, metadata: dict[str, str]):
+        """`model` is a `llama_cpp._internals.LlamaModel`."""
+        import llama_cpp
+
+        self._model = model
+        self.metadata = metadata
+        vocab = model.vocab
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+        self.pieces = _token_pieces(llama_cpp, vocab, self.n_vocab)
+        self.eos_token_ids = frozenset(
+            t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)
         )
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+        self.bos_text = _special_text(llama_cpp, vocab, llama_cpp.llama_vocab_bos(vocab))
+        self.eos_text = _special_text(llama_cpp, vocab, llama_cpp.llama_vocab_eos(vocab))
+
+    def tokenize(self, text: str) -> list[int]:
+        add_bos = self.add_bos
+        if add_bos and self.bos_text and text.startswith(self.bos_text):
+            add_bos = False  # the template wrote BOS already
+        return self._model.tokenize(text.encode("utf-8"), add_bos, True)
+
+    def chat_template(self) -> ChatTemplate | None:
+        source = self.metadata.get("tokenizer.chat_template")
+        if not source:
+            return None
+        return ChatTemplate(source, bos_token=self.bos_text, eos_token=self.eos_text)
+
+    def detokenizer(self) -> Detokenizer:
+        return ByteDetokenizer(self.pieces.__getitem__)
+
+
+def _special_text(llama_cpp: Any, vocab: Any, token_id: int) -> str:
+    if token_id < 0:
+        return ""
+    return _piece(llama_cpp, vocab, token_id, special=True).decode("utf-8", errors="replace")
 
 
 def _piece(llama_cpp: Any, vocab: Any, token_id: int, *, special: bool) -> bytes:

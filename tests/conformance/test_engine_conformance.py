@@ -37,9 +37,35 @@ def _real_llama_cpp():
     return LLM.load().engine
 
 
+def _real_exllamav2():
+    """A random-weight Llama with the SmolLM2 tokenizer on CUDA: gibberish text, real engine."""
+    from llmflow.engines.exllamav2 import unavailable_reason
+    from tests.models import Unavailable, tiny_llama_dir
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        model_dir = tiny_llama_dir()
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    return LLM.load(model_dir, engine="exllamav2", engine_options={"max_seq_len": 2048}).engine
+
+
+def _real_transformers():
+    """The embedded SmolLM2, converted from GGUF to a Hugging Face directory (cached), on the CPU."""
+    for module in ("torch", "transformers", "gguf"):
+        pytest.importorskip(module, reason="the transformers engine needs the 'transformers' extra")
+    from tests.fakes.hf_models import smollm2_hf_dir
+
+    return LLM.load(smollm2_hf_dir(), engine="transformers", engine_options={"device": "cpu"}).engine
+
+
 ENGINE_FACTORIES = {
     "scripted": ScriptedEngine,
     "llama_cpp": _real_llama_cpp,
+    "exllamav2": _real_exllamav2,
+    "transformers": _real_transformers,
 }
 
 

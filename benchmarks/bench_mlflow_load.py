@@ -1,0 +1,154 @@
+"""Load time of a logged llmflow model through `mlflow.pyfunc.load_model`.
+
+Logs the embedded model once (to a sqlite tracking store in a temporary directory, and saved to
+a local directory), then times `load_model`:
+
+- in this process, from the local directory ("files local") and from the registry
+  (`models:/name@alias`, which copies the artifacts out of the store first), after one warm-up;
+- in fresh processes (`--processes`), where imports are timed apart from the load itself;
+- `LLM.load` on the same GGUF file, the engine's share of the load.
+
+Reports medians. The default model should load in at most 1 s once its files are local.
+
+    .venv/bin/python benchmarks/bench_mlflow_load.py --runs 7 --processes 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REGISTERED = "bench-load"
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    started = time.perf_counter()
+    import mlflow.pyfunc
+    import llmflow.mlflow
+    imported = time.perf_counter()
+    model = mlflow.pyfunc.load_model(sys.argv[1])
+    loaded = time.perf_counter()
+    first = next(iter(model.predict_stream({"prompt": "Hi"}, params={"max_tokens": 1})))
+    streamed = time.perf_counter()
+    print(json.dumps({"import_s": imported - started, "load_s": loaded - imported,
+                      "first_chunk_s": streamed - loaded}))
+    """
+)
+
+
+def log_once(root: Path) -> dict[str, str]:
+    """Log (and register) the embedded model; also save it to a local directory."""
+    import mlflow
+
+    import llmflow.mlflow
+
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.create_experiment("bench", artifact_location=(root / "artifacts").as_uri())
+    started = time.perf_counter()
+    with mlflow.start_run(experiment_id=experiment):
+        info = llmflow.mlflow.log_model("model", registered_model_name=REGISTERED)
+    log_s = time.perf_counter() - started
+    mlflow.MlflowClient().set_registered_model_alias(REGISTERED, "bench", info.registered_model_version)
+    local = root / "saved"
+    started = time.perf_counter()
+    llmflow.mlflow.save_model(local, progress=False)
+    save_s = time.perf_counter() - started
+    return {
+        "tracking_uri": uri,
+        "registry": f"models:/{REGISTERED}@bench",
+        "local": str(local),
+        "log_s": f"{log_s:.3f}",
+        "save_s": f"{save_s:.3f}",
+    }
+
+
+def time_in_process(load: Callable[[], object], runs: int) -> list[float]:
+    from llmflow.mlflow import find_llm
+
+    def once() -> float:
+        started = time.perf_counter()
+        model = load()
+        elapsed = time.perf_counter() - started
+        (find_llm(model) or model).close()  # LLM.load returns the LLM itself
+        return elapsed
+
+    once()  # warm-up: imports, page cache
+    return [once() for _ in range(runs)]
+
+
+def time_fresh_processes(uri: str, tracking_uri: str, runs: int) -> list[dict[str, float]]:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    results = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, uri], env=env, capture_output=True, text=True, check=True
+        )
+        record = json.loads(done.stdout.strip().splitlines()[-1])
+        record["process_s"] = time.perf_counter() - started
+        results.append(record)
+    return results
+
+
+def median(values: list[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7, help="in-process loads per kind")
+    parser.add_argument("--processes", type=int, default=5, help="fresh-process loads per kind")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/mlflow_load.json"))
+    args = parser.parse_args()
+
+    import logging
+
+    import mlflow
+
+    from llmflow import LLM
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    with tempfile.TemporaryDirectory() as tmp:
+        logged = log_once(Path(tmp))
+        in_process = {
+            "local": time_in_process(lambda: mlflow.pyfunc.load_model(logged["local"]), args.runs),
+            "registry": time_in_process(lambda: mlflow.pyfunc.load_model(logged["registry"]), args.runs),
+            "llm_load": time_in_process(LLM.load, args.runs),
+        }
+        fresh = {
+            kind: time_fresh_processes(logged[kind], logged["tracking_uri"], args.processes)
+            for kind in ("local", "registry")
+        }
+    summary = {
+        "model": "SmolLM2-135M-Instruct.Q4_1 (embedded)",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "runs": args.runs,
+        "processes": args.processes,
+        "log_model_s": float(logged["log_s"]),
+        "save_model_s": float(logged["save_s"]),
+        "in_process_median_s": {kind: median(times) for kind, times in in_process.items()},
+        "fresh_process_median_s": {
+            kind: {key: median([r[key] for r in records]) for key in records[0]}
+            for kind, records in fresh.items()
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""`llmflow batch` without Spark: the logged model's `predict`, row by row, with a progress bar."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from llmflow.batch.columns import InputColumns
+from llmflow.batch.summary import BatchSummary
+from llmflow.mlflow.signature import RESULT, RESULT_STRUCT
+from llmflow.mlflow.struct_result import FINISH_ERROR, RESULT_FIELDS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def run_local(
+    model_uri: str,
+    frame: pd.DataFrame,
+    columns: InputColumns,
+    params: Mapping[str, Any],
+    *,
+    progress: bool = True,
+) -> tuple[pd.DataFrame, BatchSummary]:
+    """The input's columns plus the result fields, one row per input row, in input order."""
+    import mlflow
+
+    from llmflow.mlflow import find_llm
+
+    model = mlflow.pyfunc.load_model(model_uri)
+    named = columns.as_model_input()
+    inputs = frame[list(named.values())].set_axis(list(named), axis=1).reset_index(drop=True)
+    call_params = {**params, RESULT: RESULT_STRUCT}
+    records: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    try:
+        with _progress(len(inputs), progress) as advance:
+            for i in range(len(inputs)):
+                records.extend(model.predict(inputs.iloc[i : i + 1], params=call_params))
+                advance(records[-1]["completion_tokens"])
+    finally:
+        llm = find_llm(model)
+        if llm is not None:
+            llm.close()
+    seconds = time.perf_counter() - start
+    out = with_results(frame, records)
+    return out, summarize(out, seconds)
+
+
+def with_results(frame: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFrame:
+    """The input's columns (result-named ones replaced) then the result fields."""
+    import pandas as pd
+
+    results = pd.DataFrame(records, columns=list(RESULT_FIELDS))
+    for name in ("prompt_tokens", "completion_tokens"):
+        results[name] = results[name].astype("int64")
+    kept = frame.drop(columns=[c for c in RESULT_FIELDS if c in frame.columns]).reset_index(drop=True)
+    return pd.concat([kept, results], axis=1)
+
+
+def summarize(out: pd.DataFrame, seconds: float) -> BatchSummary:
+    return BatchSummary(
+        rows=len(out),
+        errors=int((out["finish_reason"] == FINISH_ERROR).sum()),
+        prompt_tokens=int(out["prompt_tokens"].sum()),
+        completion_tokens=int(out["completion_tokens"].sum()),
+        seconds=seconds,
+    )
+
+
+@contextmanager
+def _progress(total: int, show: bool) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr: rows done, time left, output tokens per second."""
+    if not show:
+        yield lambda _tokens: None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn("answering"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn(), TextColumn("{task.fields[rate]}"))
+    start = time.perf_counter()
+    tokens = 0
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task("rows", total=total, rate="")
+
+        def advance(new_tokens: int) -> None:
+            nonlocal tokens
+            tokens += new_tokens
+            rate = tokens / max(time.perf_counter() - start, 1e-9)
+            bar.update(task, advance=1, rate=f"{rate:.1f} tok/s")
+
+        yield advance

@@ -1,0 +1,129 @@
+"""`llmflow batch`: answer every prompt of a file, in this process or on Spark."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from llmflow.cli.common import EXIT_BAD_INPUT, exit_on_llmflow_error
+
+
+def batch(
+    model: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODEL", help="a model URI (runs:/..., models:/...), a saved model dir or a GGUF file"
+        ),
+    ],
+    input: Annotated[str, typer.Argument(metavar="INPUT", help="prompts: a .parquet, .csv or .jsonl file")],
+    output: Annotated[
+        str,
+        typer.Argument(
+            metavar="OUTPUT", help="answers: .parquet, .csv or .jsonl (with --spark: a directory of parts)"
+        ),
+    ],
+    spark: Annotated[
+        str | None,
+        typer.Option("--spark", metavar="MASTER", help="run on Spark: a master URL, e.g. local[2] or yarn"),
+    ] = None,
+    prompt_column: Annotated[
+        str | None, typer.Option(help="the column of prompts (default: `prompt` and/or `messages`)")
+    ] = None,
+    params: Annotated[
+        list[str] | None,
+        typer.Option("--params", "-p", help="a model param as k=v, the value JSON or text (repeatable)"),
+    ] = None,
+    partitions: Annotated[
+        int | None, typer.Option(min=1, help="Spark partitions (default: 4 per core)")
+    ] = None,
+    tracking_uri: Annotated[
+        str | None, typer.Option(help="the MLflow tracking URI for runs:/ and models:/ URIs")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="replace OUTPUT if it exists")] = False,
+) -> None:
+    """Answer every row of INPUT and write OUTPUT with answer, finish_reason, prompt_tokens,
+    completion_tokens and error columns (a bad row gets finish_reason "error", not a failed job)."""
+    from llmflow.batch.files import check_output
+
+    with exit_on_llmflow_error(), _exit_on_mlflow_error(), tempfile.TemporaryDirectory() as workdir:
+        if tracking_uri:
+            import mlflow
+
+            mlflow.set_tracking_uri(tracking_uri)
+        model_params = parse_params(params or [])
+        check_output(output, overwrite=overwrite)
+        if spark is None:
+            summary = _run_local(model, input, output, prompt_column, model_params, Path(workdir))
+        else:
+            summary = _run_spark(spark, model, input, output, prompt_column, model_params, partitions,
+                                 overwrite, Path(workdir))
+    typer.secho(summary.line(), err=True, dim=True)
+    typer.echo(output)
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    """`k=v` pairs; a value that parses as JSON is taken as JSON (0, 0.7, true, ["a", "b"])."""
+    from llmflow.errors import InvalidParams
+
+    parsed: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise InvalidParams.single(item, "write params as name=value, e.g. --params max_tokens=64")
+        try:
+            parsed[name.strip()] = json.loads(text)
+        except ValueError:
+            parsed[name.strip()] = text
+    return parsed
+
+
+def _run_local(model: str, input: str, output: str, prompt_column: str | None, params: dict[str, Any],
+               workdir: Path) -> Any:
+    from llmflow.batch.columns import input_columns
+    from llmflow.batch.files import read_frame, write_frame
+    from llmflow.batch.local import run_local
+    from llmflow.batch.models import model_uri
+
+    frame = read_frame(input)
+    columns = input_columns(list(frame.columns), prompt_column)
+    out, summary = run_local(model_uri(model, workdir), frame, columns, params)
+    write_frame(out, output)
+    return summary
+
+
+def _run_spark(master: str, model: str, input: str, output: str, prompt_column: str | None,
+               params: dict[str, Any], partitions: int | None, overwrite: bool, workdir: Path) -> Any:
+    from llmflow.batch.models import model_uri
+    from llmflow.batch.spark_job import run_spark_job
+    from llmflow.spark.session import start_session
+    from llmflow.spark.udf import local_slots
+
+    session = start_session(master)
+    try:
+        uri = model_uri(model, workdir, copy_weights=local_slots(master) is None)
+        return run_spark_job(session, uri, input, output, params, prompt_column=prompt_column,
+                             partitions=partitions, overwrite=overwrite)
+    finally:
+        session.stop()
+
+
+@contextmanager
+def _exit_on_mlflow_error() -> Iterator[None]:
+    """MLflow's own refusals (a param of the wrong type, an unknown model URI) as a message."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as exc:
+        typer.secho(f"error: {exc.message}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(batch)

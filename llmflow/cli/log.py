@@ -1,0 +1,89 @@
+"""`llmflow log`: log a model to MLflow (and optionally register it); print its URI last."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from llmflow.cli.common import exit_on_llmflow_error
+
+
+def log(
+    model: Annotated[
+        Path | None,
+        typer.Argument(help="a GGUF file or model directory; default: the embedded SmolLM2-135M-Instruct"),
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="inference engine; default: from the model's files")
+    ] = None,
+    name: Annotated[str, typer.Option(help="the logged model's name")] = "model",
+    registered_model_name: Annotated[
+        str | None, typer.Option(help="also register it in the model registry under this name")
+    ] = None,
+    tracking_uri: Annotated[
+        str | None, typer.Option(help="MLflow tracking URI; default: $MLFLOW_TRACKING_URI or MLflow's")
+    ] = None,
+    experiment: Annotated[str | None, typer.Option(help="experiment name (created if missing)")] = None,
+    param: Annotated[
+        list[str] | None, typer.Option(help="a default sampling param, KEY=VALUE (repeatable)")
+    ] = None,
+    engine_option: Annotated[
+        list[str] | None, typer.Option(help="an engine load option, KEY=VALUE (repeatable)")
+    ] = None,
+    system_prompt: Annotated[str | None, typer.Option(help="default system prompt")] = None,
+    chat_template: Annotated[
+        Path | None, typer.Option(help="a Jinja2 chat template file; default: the model's own")
+    ] = None,
+    by_reference: Annotated[
+        bool, typer.Option(help="record the weights' local path instead of copying them (this machine only)")
+    ] = False,
+) -> None:
+    """Log a model to MLflow as a streamable pyfunc model. The last line of output is its URI."""
+    import mlflow
+
+    from llmflow.mlflow import log_model
+    from llmflow.mlflow.save import model_source
+
+    with exit_on_llmflow_error():
+        options: dict[str, Any] = {
+            "engine": engine,
+            "engine_options": parse_assignments(engine_option, "--engine-option"),
+            "default_params": parse_assignments(param, "--param"),
+            "system_prompt": system_prompt,
+            "by_reference": by_reference,
+        }
+        if chat_template is not None:
+            options["chat_template"] = chat_template.read_text(encoding="utf-8")
+        model_source(model, **options)  # bad arguments fail before MLflow creates anything
+        if tracking_uri:
+            mlflow.set_tracking_uri(tracking_uri)
+        if experiment:
+            mlflow.set_experiment(experiment)
+        with mlflow.start_run() as run:
+            info = log_model(name, model, registered_model_name=registered_model_name, **options)
+        typer.secho(f"run {run.info.run_id}: runs:/{run.info.run_id}/{name}", err=True, dim=True)
+        uri = info.model_uri
+        if registered_model_name is not None:
+            uri = f"models:/{registered_model_name}/{info.registered_model_version}"
+    typer.echo(uri)
+
+
+def parse_assignments(values: list[str] | None, option: str) -> dict[str, Any]:
+    """`KEY=VALUE` strings as a dict; a VALUE that parses as JSON (numbers, true, lists) is decoded."""
+    parsed: dict[str, Any] = {}
+    for item in values or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+        try:
+            parsed[key] = json.loads(raw)
+        except ValueError:
+            parsed[key] = raw
+    return parsed
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(log)

@@ -1,0 +1,131 @@
+"""`llmflow serve`: serve a model over HTTP with streaming (OpenAI routes and MLflow /invocations)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from llmflow.cli.common import exit_on_llmflow_error
+from llmflow.errors import InvalidParams
+
+API_KEY_ENV = "LLMFLOW_API_KEY"
+
+logger = logging.getLogger("llmflow.serve")
+
+
+def serve(
+    model: Annotated[
+        str | None,
+        typer.Argument(
+            help="a model URI (models:/name/1, runs:/<id>/model), a local MLflow model directory, or a "
+            "GGUF file; default: the embedded SmolLM2-135M-Instruct",
+            show_default=False,
+        ),
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="interface to bind; 0.0.0.0 exposes the server to the network")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            help=f"require 'Authorization: Bearer <key>' (also read from ${API_KEY_ENV})",
+            envvar=API_KEY_ENV,
+            show_default=False,
+            show_envvar=True,
+        ),
+    ] = None,
+    api_key_file: Annotated[
+        Path | None, typer.Option(help="read the API key from this file", show_default=False)
+    ] = None,
+    model_name: Annotated[
+        str | None,
+        typer.Option(help="the name clients send as 'model'; default: from MODEL", show_default=False),
+    ] = None,
+    max_queue: Annotated[int, typer.Option(help="requests that may wait for a place; beyond: 429")] = 16,
+    max_running: Annotated[
+        int | None,
+        typer.Option(help="generations at once; default: what the engine supports", show_default=False),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="time limit per request in seconds, queue included")] = 600.0,
+    max_body_bytes: Annotated[int, typer.Option(help="larger request bodies get 413")] = 8 * 1024 * 1024,
+    cors_origin: Annotated[
+        list[str] | None, typer.Option(help="an origin allowed by CORS (repeatable); default: CORS off")
+    ] = None,
+    engine: Annotated[str | None, typer.Option(help="engine for a model file (default: guessed)")] = None,
+    engine_option: Annotated[
+        list[str] | None,
+        typer.Option(help="engine load option KEY=VALUE for a model file, e.g. n_threads=2 (repeatable)"),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Serve MODEL over HTTP with token streaming: /v1/chat/completions, /v1/completions,
+    /invocations (with "stream": true), /health, /metrics."""
+    from llmflow.server import ServerSettings, create_app, load_served
+    from llmflow.server.runner import run
+
+    with exit_on_llmflow_error():
+        key = _read_api_key(api_key, api_key_file)
+        settings = ServerSettings(
+            host=host,
+            port=port,
+            api_key=key,
+            model_name=model_name,
+            max_queue=max_queue,
+            max_running=max_running,
+            request_timeout_s=timeout,
+            max_body_bytes=max_body_bytes,
+            cors_origins=tuple(cors_origin or ()),
+        )
+        served = load_served(
+            model, name=model_name, engine=engine, engine_options=parse_engine_options(engine_option or [])
+        )
+        app = create_app(served, settings)
+    _warn_if_exposed(host, key)
+    where = f"http://{host}:{port}"
+    typer.secho(f"serving {served.name!r} on {where} (OpenAI base URL {where}/v1)", err=True)
+    run(app, host, port, log_level=log_level)
+
+
+def _read_api_key(api_key: str | None, api_key_file: Path | None) -> str | None:
+    if api_key_file is not None:
+        try:
+            key = api_key_file.read_text().strip()
+        except OSError as exc:
+            raise InvalidParams.single("api_key_file", f"cannot be read: {exc.strerror}") from None
+        if not key:
+            raise InvalidParams.single("api_key_file", "is empty")
+        return key
+    return api_key or None
+
+
+def parse_engine_options(items: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs; values are read as JSON when they parse (numbers, true/false), else strings."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidParams.single("engine_option", f"expected KEY=VALUE, got {item!r}")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+def _warn_if_exposed(host: str, api_key: str | None) -> None:
+    if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
+        typer.secho(
+            f"warning: bound to {host} without an API key: anyone who can reach this port can use the model "
+            f"(set --api-key or ${API_KEY_ENV})",
+            err=True,
+            fg=typer.colors.YELLOW,
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(serve)

@@ -1,0 +1,228 @@
+"""The transformers engine: Hugging Face model directories (config.json, safetensors, tokenizer)
+on the CPU or a CUDA GPU."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from llmflow.engines.hf.options import Placement, TransformersOptions, resolve
+from llmflow.errors import EngineUnavailable, ModelNotFound
+from llmflow.params import SamplingParams
+from llmflow.prompts import ChatTemplate
+from llmflow.streaming.detokenizer import Detokenizer
+from llmflow.types import CancelToken
+
+log = logging.getLogger(__name__)
+
+STATIC_CACHE_DEFAULT_CTX = 4096
+INSTALL_HINT = "pip install 'llmflow[transformers]'"
+
+
+class TransformersEngine:
+    """A causal LM and its tokenizer. One stream at a time on llmflow's own decode loop, or many
+    at once through transformers' continuous batching (`continuous_batching=True`)."""
+
+    name: ClassVar[str] = "transformers"
+    #: what a logged model needs installed to load this engine (pinned to the running versions)
+    pip_packages: ClassVar[tuple[str, ...]] = ("torch", "transformers")
+    concurrent: bool = False  # True on an instance that batches
+
+    def __init__(self, model: Any, tokenizer: Any, options: TransformersOptions, model_name: str):
+        self._model = model
+        self._tokenizer = tokenizer
+        self._backend = getattr(tokenizer, "backend_tokenizer", None)
+        self.options = options
+        self._name = model_name
+        self.placement: Placement = resolve(options)
+        self._eos = frozenset() if options.ignore_eos else _eos_token_ids(model, tokenizer)
+        self._bos_text = tokenizer.bos_token or ""
+        self._add_special = _adds_special_tokens(tokenizer)
+        self._n_ctx = _context_window(model, options, self.placement)
+        self._runner: Any = None
+        self._batcher: Any = None
+        if options.continuous_batching:
+            self._start_batching()
+        else:
+            self._runner = self._make_runner()
+
+    @classmethod
+    def load(cls, model_path: str | Path, **options: Any) -> TransformersEngine:
+        parsed = TransformersOptions.parse(options)
+        path = Path(model_path)
+        if not (path / "config.json").is_file():
+            raise ModelNotFound(f"no Hugging Face model directory (with config.json) at {str(path)!r}")
+        try:
+            import torch  # noqa: F401
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as exc:
+            raise EngineUnavailable(
+                f"the transformers engine needs torch and transformers ({INSTALL_HINT}): {exc}"
+            ) from None
+        placement = resolve(parsed)
+        extra = {"attn_implementation": parsed.attn_implementation} if parsed.attn_implementation else {}
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=parsed.trust_remote_code)
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=placement.dtype, trust_remote_code=parsed.trust_remote_code, **extra
+            )
+        except (OSError, ValueError) as exc:
+            raise ModelNotFound(f"transformers could not load {str(path)!r}: {exc}") from None
+        model.to(placement.device).eval()
+        return cls(model, tokenizer, parsed, path.name)
+
+    @classmethod
+    def from_model(
+        cls, model: Any, tokenizer: Any, *, model_name: str = "model", **options: Any
+    ) -> TransformersEngine:
+        """Wrap a model already in memory (built in code, say). It is moved to the resolved device
+        and dtype."""
+        parsed = TransformersOptions.parse(options)
+        placement = resolve(parsed)
+        model.to(device=placement.device, dtype=placement.dtype).eval()
+        return cls(model, tokenizer, parsed, model_name)
+
+    @property
+    def model_name(self) -> str:
+        return self._name
+
+    @property
+    def max_concurrency(self) -> int:
+        return self.options.max_concurrency if self._batcher is not None else 1
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return self._eos
+
+    @property
+    def model(self) -> Any:
+        return self._model
+
+    def tokenize(self, text: str) -> list[int]:
+        add_special = self._add_special and not (self._bos_text and text.startswith(self._bos_text))
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=add_special).ids
+        return self._tokenizer.encode(text, add_special_tokens=add_special)
+
+    def chat_template(self) -> ChatTemplate | None:
+        source = self._tokenizer.chat_template
+        if isinstance(source, dict):  # several named templates: the default one
+            source = source.get("default")
+        if not source:
+            return None
+        return ChatTemplate(source, bos_token=self._bos_text, eos_token=self._tokenizer.eos_token or "")
+
+    def detokenizer(self) -> Detokenizer:
+        from llmflow.streaming.hf_detokenizer import DecodeStreamDetokenizer, OffsetDetokenizer
+
+        if self._backend is not None:
+            backend = self._backend
+            return DecodeStreamDetokenizer(backend, lambda ids: backend.decode(ids, skip_special_tokens=True))
+        tokenizer = self._tokenizer
+        return OffsetDetokenizer(lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[int]:
+        limit = min(params.max_tokens, self._n_ctx - len(prompt_ids))
+        if limit <= 0:
+            return iter(())
+        if self._batcher is not None:
+            return self._batcher.generate(prompt_ids, params, limit, cancel)
+        return self._decode(prompt_ids, params, limit, cancel)
+
+    def close(self) -> None:
+        if self._batcher is not None:
+            self._batcher.close()
+            self._batcher = None
+        self._runner = None
+        self._model = None
+        gc.collect()
+        if self.placement.on_cuda:
+            import torch
+
+            torch.cuda.empty_cache()
+
+    def _decode(
+        self, prompt_ids: Sequence[int], params: SamplingParams, limit: int, cancel: CancelToken
+    ) -> Iterator[int]:
+        from llmflow.engines.hf.decode import as_prompt, decode_tokens
+        from llmflow.engines.hf.sampling import Sampler
+
+        prompt = as_prompt(prompt_ids, self.placement.device)
+        sampler = Sampler(params, prompt[0], limit, self.options.seed)
+        return decode_tokens(self._runner, sampler, prompt, limit, cancel, pipelined=self.placement.on_cuda)
+
+    def _make_runner(self) -> Any:
+        from llmflow.engines.hf.decode import DynamicRunner, StaticRunner
+
+        placement = self.placement
+        if not placement.static_cache:
+            return DynamicRunner(self._model)
+        runner = StaticRunner(
+            self._model, self._n_ctx, compile=placement.torch_compile, cuda_graphs=placement.cuda_graphs
+        )
+        if self.options.warmup:
+            runner.warmup(placement.device)
+        return runner
+
+    def _start_batching(self) -> None:
+        from llmflow.engines.hf.batching import ContinuousBatcher
+
+        self._batcher = ContinuousBatcher(
+            self._model,
+            sorted(self._eos),
+            self.batching_setup(),
+            warmup=self.options.warmup and self.placement.on_cuda,
+        )
+        self.concurrent = True
+
+    def batching_setup(self) -> Any:
+        from llmflow.engines.hf.batching import BatchingSetup
+
+        options = self.options
+        return BatchingSetup(
+            max_concurrency=options.max_concurrency,
+            max_sequence=self._n_ctx,
+            max_batch_tokens=options.max_batch_tokens or (8192 if self.placement.on_cuda else 512),
+            max_memory_percent=options.max_memory_percent,
+            seed=options.seed,
+            sampling=options.batch_sampling,
+        )
+
+
+def _eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """Every id that ends a turn: the generation config's (often a list: <|eot_id|>, <|end_of_text|>)
+    and the tokenizer's."""
+    ids: set[int] = set()
+    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value is not None:
+            ids.update(int(v) for v in value)
+    return frozenset(i for i in ids if i >= 0)
+
+
+def _adds_special_tokens(tokenizer: Any) -> bool:
+    """Whether encoding adds BOS (or other specials) around the text, as the model was trained."""
+    probe = "a"
+    return tokenizer.encode(probe, add_special_tokens=True) != tokenizer.encode(
+        probe, add_special_tokens=False
+    )
+
+
+def _context_window(model: Any, options: TransformersOptions, placement: Placement) -> int:
+    config = model.config.get_text_config()
+    model_max = getattr(config, "max_position_embeddings", None) or STATIC_CACHE_DEFAULT_CTX
+    if options.n_ctx is not None:
+        return options.n_ctx
+    if placement.static_cache or options.continuous_batching:
+        return min(model_max, STATIC_CACHE_DEFAULT_CTX)
+    return model_max

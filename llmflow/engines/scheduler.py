@@ -1,0 +1,375 @@
+"""Continuous batching without a model: which request holds which sequence, which tokens go into
+the next batched forward pass, and how each sampled token reaches its request's consumer.
+
+One scheduler thread runs every step for all requests; each consumer thread waits on its own
+queue, so a slow consumer never holds back the others. Requests join and leave between two
+steps. The model work (a forward pass over a batch, the samplers, KV-cache moves) is a
+`StepBackend`: `llama_cpp_batched` is the real one; tests drive a scripted one.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from llmflow.errors import EngineFailed
+from llmflow.params import SamplingParams
+from llmflow.types import CancelToken
+
+log = logging.getLogger(__name__)
+
+#: a free sequence whose cached tokens match at least this many more prompt tokens than the
+#: sequence a new request would get is copied there instead of recomputing those tokens
+MIN_COPY_GAIN = 16
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEntry:
+    """One sequence's run of tokens in a step's batch."""
+
+    seq: int
+    tokens: Sequence[int]
+    #: position of `tokens[0]` in the sequence
+    start: int
+    #: sample the next token from the logits after the last of `tokens`
+    sample: bool
+    sampler: Any
+
+
+class StepBackend(Protocol):
+    """The model side of continuous batching. Called from the scheduler thread only."""
+
+    def decode(self, entries: Sequence[BatchEntry]) -> list[int]:
+        """One forward pass over every entry (sorted by `seq`); returns the token sampled for each
+        entry with `sample`, in order. Raises `EngineFailed` when the pass fails."""
+        ...
+
+    def new_sampler(self, params: SamplingParams) -> Any: ...
+
+    def free_sampler(self, sampler: Any) -> None: ...
+
+    def copy(self, src: int, dst: int) -> None:
+        """Make sequence `dst` hold what `src` holds; `src` keeps it."""
+        ...
+
+    def truncate(self, seq: int, keep: int) -> int:
+        """Drop the positions of `seq` from `keep` on; returns how many it kept (0 when the model
+        cannot drop part of a sequence)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """A snapshot for tests and the server's gauges."""
+
+    parallel: int
+    running: int
+    waiting: int
+    free_sequences: int
+    steps: int
+    #: tokens that went through the model: prompt tokens plus fed-back generated tokens
+    tokens_decoded_total: int
+    tokens_generated_total: int
+
+
+class Request:
+    """One generation: its tokens so far, where they are in the KV cache, its sampler, and the
+    queue its consumer reads."""
+
+    __slots__ = ("cancel", "closed", "fed", "generated", "limit", "out", "params", "sampler", "seq", "tokens")
+
+    def __init__(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken, limit: int):
+        self.tokens = list(prompt_ids)
+        self.params = params
+        self.cancel = cancel
+        #: tokens to generate at most
+        self.limit = limit
+        self.out: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.seq = -1
+        #: tokens[:fed] are in the sequence's KV cache
+        self.fed = 0
+        self.generated = 0
+        self.sampler: Any = None
+        #: set by the consumer's thread when it stops reading
+        self.closed = False
+
+    @property
+    def pending(self) -> int:
+        return len(self.tokens) - self.fed
+
+    @property
+    def ended(self) -> bool:
+        return self.closed or self.cancel.cancelled
+
+
+_END = object()
+
+
+def plan_step(running: Sequence[Request], n_batch: int, prefill_chunk: int) -> list[tuple[Request, BatchEntry]]:
+    """The next pass: one token for every decoding request, then prompt chunks in admission order
+    within the token budget. While others decode, prompts advance by at most `prefill_chunk`
+    tokens a step so that running streams keep flowing. Entries are sorted by sequence: llama.cpp
+    puts only consecutive sequence ids into one micro-batch."""
+    decoding = [r for r in running if r.pending == 1]
+    budget = n_batch - len(decoding)
+    if decoding:
+        budget = min(budget, prefill_chunk)
+    planned = [(r, 1) for r in decoding]
+    for r in running:
+        if budget <= 0:
+            break
+        if r.pending > 1:
+            n = min(r.pending, budget)
+            planned.append((r, n))
+            budget -= n
+    planned.sort(key=lambda item: item[0].seq)
+    return [(r, _entry(r, n)) for r, n in planned]
+
+
+def _entry(r: Request, n: int) -> BatchEntry:
+    end = r.fed + n
+    return BatchEntry(r.seq, r.tokens[r.fed : end], r.fed, end == len(r.tokens), r.sampler)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class BatchScheduler:
+    """Runs every active request in one batched step, each in its own sequence.
+
+    Running requests always hold sequences 0..n-1: with one KV stream per sequence, llama.cpp
+    batches only consecutive sequence ids together, so a gap would split each step into two
+    forward passes. A finished request's sequence is refilled by a waiting request or by moving
+    the highest one down. A free sequence keeps its tokens cached: a new request whose prompt
+    starts with them does not recompute them.
+    """
+
+    def __init__(
+        self,
+        backend: StepBackend,
+        *,
+        parallel: int,
+        n_ctx: int,
+        n_batch: int,
+        prefill_chunk: int,
+        eos_token_ids: Collection[int],
+    ):
+        if n_batch < parallel:
+            raise ValueError(f"n_batch ({n_batch}) must be at least the number of sequences ({parallel})")
+        self.backend = backend
+        self.parallel = parallel
+        self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        self.prefill_chunk = prefill_chunk
+        self._eos = frozenset(eos_token_ids)
+        self._cond = threading.Condition()
+        self._waiting: deque[Request] = deque()
+        self._stopping = False
+        self._failure: EngineFailed | None = None
+        # owned by the scheduler thread
+        self._running: list[Request] = []  # in admission order
+        self._holder: list[Request | None] = [None] * parallel
+        self._cached: list[list[int]] = [[] for _ in range(parallel)]
+        self._steps = 0
+        self._decoded = 0
+        self._generated = 0
+        self._thread = threading.Thread(target=self._run, name="llmflow-batch-scheduler", daemon=True)
+        self._thread.start()
+
+    # -- consumer side (any thread) --
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken) -> Iterator[int]:
+        """Token ids of one generation, as the scheduler samples them. It stops after
+        `params.max_tokens` tokens, an end-of-generation token or a full context; closing the
+        iterator or cancelling frees the sequence at the next step."""
+        request = Request(prompt_ids, params, cancel, min(params.max_tokens, self.n_ctx - len(prompt_ids)))
+        if request.limit <= 0:
+            return
+        self._submit(request)
+        try:
+            while True:
+                item = request.out.get()
+                if item is _END or cancel.cancelled:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            request.closed = True
+
+    def stats(self) -> SchedulerStats:
+        with self._cond:
+            waiting = len(self._waiting)
+        free = self._holder.count(None)
+        return SchedulerStats(
+            parallel=self.parallel,
+            running=self.parallel - free,
+            waiting=waiting,
+            free_sequences=free,
+            steps=self._steps,
+            tokens_decoded_total=self._decoded,
+            tokens_generated_total=self._generated,
+        )
+
+    def close(self) -> None:
+        """Stop the scheduler thread; requests still running end with `EngineFailed`."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _submit(self, request: Request) -> None:
+        with self._cond:
+            if self._failure is not None:
+                raise EngineFailed(str(self._failure))
+            if self._stopping:
+                raise EngineFailed("the engine is closed")
+            self._waiting.append(request)
+            self._cond.notify()
+
+    # -- scheduler thread --
+
+    def _run(self) -> None:
+        failure = EngineFailed("the engine was closed while generating")
+        try:
+            while self._wait_for_work():
+                self._step()
+        except BaseException as exc:
+            log.exception("the batch scheduler stopped")
+            failure = EngineFailed(f"the batch scheduler stopped: {exc!r}")
+            with self._cond:
+                self._failure = failure
+        self._fail_everything(failure)
+
+    def _wait_for_work(self) -> bool:
+        with self._cond:
+            while not self._stopping and not self._waiting and not self._running:
+                self._cond.wait()
+            return not self._stopping
+
+    def _step(self) -> None:
+        self._retire_ended()
+        self._admit()
+        self._compact()
+        if not self._running:
+            return
+        planned = plan_step(self._running, self.n_batch, self.prefill_chunk)
+        try:
+            sampled = iter(self.backend.decode([entry for _, entry in planned]))
+        except EngineFailed as exc:
+            for request, _ in planned:
+                self._finish(request, exc)
+            return
+        self._steps += 1
+        for request, entry in planned:
+            request.fed += len(entry.tokens)
+            self._decoded += len(entry.tokens)
+            if entry.sample:
+                self._emit(request, next(sampled))
+
+    def _emit(self, request: Request, token: int) -> None:
+        request.tokens.append(token)
+        request.generated += 1
+        self._generated += 1
+        request.out.put(token)
+        if token in self._eos or request.generated >= request.limit:
+            self._finish(request)
+
+    def _finish(self, request: Request, error: EngineFailed | None = None) -> None:
+        """Free the request's sequence (its tokens stay cached unless the pass failed), then
+        tell its consumer."""
+        seq = request.seq
+        self._running.remove(request)
+        self._holder[seq] = None
+        self.backend.free_sampler(request.sampler)
+        request.sampler = None
+        if error is None:
+            self._cached[seq] = request.tokens[: request.fed]
+            request.out.put(_END)
+            return
+        self._cached[seq] = []
+        request.out.put(EngineFailed(str(error)))  # one instance per consumer thread
+        self.backend.truncate(seq, 0)
+
+    def _retire_ended(self) -> None:
+        for request in [r for r in self._running if r.ended]:
+            self._finish(request)
+        with self._cond:
+            if any(r.ended for r in self._waiting):
+                for request in [r for r in self._waiting if r.ended]:
+                    self._waiting.remove(request)
+                    request.out.put(_END)
+
+    def _admit(self) -> None:
+        while None in self._holder:
+            with self._cond:
+                if not self._waiting:
+                    return
+                request = self._waiting.popleft()
+            self._place(request, self._holder.index(None))
+
+    def _place(self, request: Request, seq: int) -> None:
+        """Start `request` in sequence `seq`, reusing the longest cached prefix of its prompt."""
+        prompt = request.tokens
+        reuse = common_prefix(self._cached[seq], prompt)
+        best, best_reuse = seq, reuse
+        for other, holder in enumerate(self._holder):
+            if holder is None and other != seq:
+                n = common_prefix(self._cached[other], prompt)
+                if n > best_reuse:
+                    best, best_reuse = other, n
+        if best_reuse - reuse >= MIN_COPY_GAIN:
+            self.backend.copy(best, seq)
+            self._cached[seq] = self._cached[best]
+            reuse = best_reuse
+        # at least the last prompt token is decoded again: its logits give the first token
+        request.fed = self.backend.truncate(seq, min(reuse, len(prompt) - 1))
+        request.seq = seq
+        request.sampler = self.backend.new_sampler(request.params)
+        self._holder[seq] = request
+        self._cached[seq] = []
+        self._running.append(request)
+
+    def _compact(self) -> None:
+        """Move the highest running sequences down into gaps, so running ones are 0..n-1."""
+        n = len(self._running)
+        for gap in range(n):
+            if self._holder[gap] is not None:
+                continue
+            top = max(r.seq for r in self._running)
+            request = self._holder[top]
+            assert request is not None
+            self.backend.copy(top, gap)
+            self.backend.truncate(top, 0)
+            self._holder[gap], self._holder[top] = request, None
+            self._cached[gap], self._cached[top] = [], []
+            request.seq = gap
+
+    def _fail_everything(self, failure: EngineFailed) -> None:
+        """End every request with `failure`: consumers first, so none waits on a broken backend."""
+        with self._cond:
+            self._stopping = True
+            ended = [*self._running, *self._waiting]
+            self._waiting.clear()
+        for request in ended:
+            request.out.put(EngineFailed(str(failure)))
+        for request in list(self._running):
+            self._running.remove(request)
+            self._holder[request.seq] = None
+            self._cached[request.seq] = []
+            try:
+                self.backend.free_sampler(request.sampler)
+            except Exception:  # the backend may be what failed
+                log.exception("could not free a sampler")

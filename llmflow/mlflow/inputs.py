@@ -1,0 +1,194 @@
+"""From what `predict` and `predict_stream` receive to requests for the LLM.
+
+Input comes from MLflow (after its schema enforcement: a DataFrame for `predict`, a dict for
+`predict_stream`) or straight from a caller (a str, a dict, a list of those, a DataFrame). Every
+shape is checked here, so bad input fails with a message that names the field, before any token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest, LlmflowError
+from llmflow.llm import PromptInput
+from llmflow.mlflow.signature import (
+    DETAILS,
+    RESULT,
+    RESULT_STRUCT,
+    RESULT_TEXT,
+    STOP_SEQUENCES,
+    SYSTEM_PROMPT,
+)
+from llmflow.params import PARAM_NAMES, SamplingParams
+from llmflow.prompts import parse_messages
+
+INPUT_FIELDS = ("prompt", "messages")
+_EXTRA_PARAMS = ("stop", STOP_SEQUENCES, SYSTEM_PROMPT, DETAILS, RESULT)
+_RESULTS = (RESULT_TEXT, RESULT_STRUCT)
+_HOW = "give a `prompt` string or a `messages` list of {role, content}"
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The params of one call, validated."""
+
+    sampling: SamplingParams
+    system_prompt: str | None
+    details: bool
+    result: str = RESULT_TEXT
+
+
+def parse_rows(model_input: Any) -> list[PromptInput]:
+    """One prompt or conversation per input row."""
+    if isinstance(model_input, str):
+        return [_prompt(model_input, "prompt")]
+    if isinstance(model_input, Mapping):
+        return [parse_row(model_input, "input")]
+    rows = _records(model_input)
+    if not rows:
+        raise InvalidRequest.single("input", f"there are no input rows: {_HOW}")
+    where = "input" if len(rows) == 1 else "input[{}]"
+    return [parse_row(row, where.format(i)) for i, row in enumerate(rows)]
+
+
+def parse_each_row(model_input: Any) -> list[PromptInput | LlmflowError]:
+    """Like `parse_rows`, but a bad row becomes its error instead of failing the whole call
+    (`result="struct"`: one bad row in a Spark job must not fail the job)."""
+    if isinstance(model_input, (str, Mapping)):
+        rows = [model_input]
+    else:
+        rows = _records(model_input)
+        if not rows:
+            raise InvalidRequest.single("input", f"there are no input rows: {_HOW}")
+    parsed: list[PromptInput | LlmflowError] = []
+    for row in rows:
+        try:
+            parsed.append(parse_row(row, "input"))
+        except LlmflowError as exc:
+            parsed.append(exc)
+    return parsed
+
+
+def parse_single(model_input: Any) -> PromptInput:
+    """The one request of a stream (a list or DataFrame of exactly one row is accepted)."""
+    rows = parse_rows(model_input)
+    if len(rows) != 1:
+        raise InvalidRequest.single("input", f"a stream answers one input, got {len(rows)} rows")
+    return rows[0]
+
+
+def parse_row(row: Any, where: str) -> PromptInput:
+    if isinstance(row, str):
+        return _prompt(row, where)
+    if not isinstance(row, Mapping):
+        raise InvalidRequest.single(where, f"must be an object or a string; {_HOW}")
+    unknown = sorted(str(k) for k in row if k not in INPUT_FIELDS)
+    if unknown:
+        raise InvalidRequest.single(
+            f"{where}.{unknown[0]}",
+            f"unknown input field; {_HOW} (sampling settings such as max_tokens go in params)",
+        )
+    prompt, messages = (_present(row.get(name)) for name in INPUT_FIELDS)
+    if prompt is not None and messages is not None:
+        raise InvalidRequest.single(where, "give either `prompt` or `messages`, not both")
+    if prompt is not None:
+        return _prompt(prompt, f"{where}.prompt")
+    if messages is not None:
+        return parse_messages(_as_list(messages), f"{where}.messages")
+    raise InvalidRequest.single(where, f"there is no `prompt` and no `messages`: {_HOW}")
+
+
+def parse_options(params: Any, defaults: SamplingParams) -> Options:
+    """Sampling params on top of `defaults`, plus `system_prompt` and `details`.
+
+    `stop` (a string or a list) and `stop_sequences` (a list) both apply; a missing
+    `stop_sequences` means the model's default stops, as MLflow fills it in."""
+    if params is None:
+        params = {}
+    if not isinstance(params, Mapping):
+        raise InvalidParams.single("params", "must be an object of parameter names to values")
+    unknown = sorted(str(k) for k in params if k not in PARAM_NAMES and k not in _EXTRA_PARAMS)
+    if unknown:
+        raise InvalidParams([FieldProblem(name, "unknown parameter") for name in unknown])
+    overrides = {k: v for k, v in params.items() if k in PARAM_NAMES and k != "stop" and v is not None}
+    stop = params.get("stop")
+    sequences = params.get(STOP_SEQUENCES)
+    if stop is not None or sequences is not None:
+        extra = list(defaults.stop) if sequences is None else _stop_list(sequences, STOP_SEQUENCES)
+        overrides["stop"] = _stop_list(stop, "stop") + extra
+    return Options(
+        sampling=defaults.merged(overrides),
+        system_prompt=_optional_str(params.get(SYSTEM_PROMPT), SYSTEM_PROMPT),
+        details=_flag(params.get(DETAILS), DETAILS),
+        result=_choice(params.get(RESULT), RESULT, _RESULTS),
+    )
+
+
+def _records(model_input: Any) -> list[Any]:
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - MLflow depends on pandas
+        pd = None
+    if pd is not None and isinstance(model_input, pd.DataFrame):
+        return model_input.to_dict(orient="records")
+    if isinstance(model_input, Sequence) and not isinstance(model_input, (str, bytes)):
+        return list(model_input)
+    raise InvalidRequest.single(
+        "input", f"must be a string, an object, a list or a DataFrame, not {type(model_input).__name__}"
+    )
+
+
+def _present(value: Any) -> Any:
+    """None for a missing cell (pandas fills those with None or NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def _prompt(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest.single(where, f"must be a string, not {type(value).__name__}")
+    if not value.strip():
+        raise InvalidRequest.single(where, "the prompt is empty")
+    return value
+
+
+def _as_list(value: Any) -> Any:
+    """A numpy array (how pandas may hold a list cell) as a list; anything else unchanged."""
+    return value.tolist() if hasattr(value, "tolist") and not isinstance(value, (str, bytes)) else value
+
+
+def _stop_list(value: Any, name: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    value = _as_list(value)
+    if isinstance(value, Sequence) and all(isinstance(s, str) for s in value):
+        return list(value)
+    raise InvalidParams.single(name, "must be a string or a list of strings")
+
+
+def _optional_str(value: Any, name: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise InvalidParams.single(name, f"must be a string, not {type(value).__name__}")
+
+
+def _choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    if value is None:
+        return choices[0]
+    if value in choices:
+        return value
+    raise InvalidParams.single(name, f"must be one of {', '.join(choices)}; got {value!r}")
+
+
+def _flag(value: Any, name: str) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    raise InvalidParams.single(name, f"must be true or false, not {value!r}")

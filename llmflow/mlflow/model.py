@@ -1,0 +1,171 @@
+"""The MLflow pyfunc model: `predict` answers every input row, `predict_stream` yields tokens.
+
+Stream chunks are `{"content": delta}` dicts with non-empty text; exactly one last chunk has
+`content == ""`, a `finish_reason` ("stop", "length" or "cancelled") and `usage`. So the seed's
+loop works unchanged:
+
+    for c in loaded.predict_stream({"prompt": "..."}, params={"max_tokens": 50}):
+        print(c["content"], end="|")
+
+`predict` returns a list with one answer string per input row, or with `params={"details": True}`
+one `{"content", "finish_reason", "usage"}` dict per row (both serialise as JSON in MLflow's
+scoring server), or with `params={"result": "struct"}` one flat record per row where a bad row
+is an error record instead of a failed call (Spark's struct result: `struct_result.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlflow.exceptions import MlflowException
+from mlflow.pyfunc import PythonModel
+
+from llmflow.errors import LlmflowError, ModelNotFound
+from llmflow.llm import collect
+from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
+from llmflow.mlflow.errors import InvalidModelInput
+from llmflow.mlflow.executor import load_llm
+from llmflow.mlflow.inputs import parse_each_row, parse_options, parse_rows, parse_single
+from llmflow.mlflow.signature import RESULT_STRUCT
+from llmflow.mlflow.struct_result import struct_answers
+from llmflow.types import Chunk, Completion, FinishReason, Usage
+
+if TYPE_CHECKING:
+    from llmflow.llm import LLM
+
+
+class LlmflowPyfuncModel(PythonModel):
+    """An `LLM` behind MLflow's pyfunc interface. Built from the MLmodel's `model_config` by
+    `load_context` (models-from-code: nothing is unpickled), or around a loaded LLM by `from_llm`."""
+
+    #: llmflow checks input itself (`llmflow.mlflow.inputs`); this tells MLflow not to wrap
+    #: `predict` with its type-hint validation (`model_input` is left unannotated for the same reason)
+    _skip_type_hint_validation = True
+
+    def __init__(self) -> None:
+        self.llm: LLM | None = None
+
+    @classmethod
+    def from_llm(cls, llm: LLM) -> LlmflowPyfuncModel:
+        """Wrap an LLM loaded in this process, without MLflow loading anything."""
+        model = cls()
+        model.llm = llm
+        return model
+
+    def load_context(self, context: Any) -> None:
+        spec = ModelSpec.parse(context.model_config)
+        # inside a Spark task: the worker's already-loaded LLM, with threads that fit the task
+        self.llm = load_llm(spec, weights_location(spec, context.artifacts or {}))
+
+    def predict(self, context: Any, model_input, params: dict[str, Any] | None = None) -> list[Any]:
+        """One answer per input row, generated one after the other."""
+        llm = self._loaded()
+        with _as_mlflow_error():
+            options = parse_options(params, llm.default_params)
+            if options.result == RESULT_STRUCT:  # a bad row becomes an error record
+                each_row = parse_each_row(model_input)
+        if options.result == RESULT_STRUCT:  # outside: an engine failure is not bad input
+            return struct_answers(llm, each_row, options)
+        with _as_mlflow_error():
+            rows = parse_rows(model_input)
+            requests = [
+                llm.prepare(row, options.sampling, system_prompt=options.system_prompt) for row in rows
+            ]
+        completions = [collect(llm.stream_prepared(request)) for request in requests]
+        if options.details:
+            return [completion_to_dict(c) for c in completions]
+        return [c.text for c in completions]
+
+    def predict_stream(
+        self, context: Any, model_input, params: dict[str, Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Chunk dicts as tokens are generated. Bad input raises here, before the iterator."""
+        llm = self._loaded()
+        with _as_mlflow_error():
+            row = parse_single(model_input)
+            options = parse_options(params, llm.default_params)
+            request = llm.prepare(row, options.sampling, system_prompt=options.system_prompt)
+        return chunk_dicts(llm.stream_prepared(request))
+
+    def _loaded(self) -> LLM:
+        if self.llm is None:
+            raise MlflowException(
+                "the llmflow model has no LLM: load it with mlflow.pyfunc.load_model, or build it "
+                "with LlmflowPyfuncModel.from_llm"
+            )
+        return self.llm
+
+
+def find_llm(model: Any) -> LLM | None:
+    """The LLM inside a loaded pyfunc model (or an `LlmflowPyfuncModel`), None for other models."""
+    python_model = model
+    unwrap = getattr(model, "unwrap_python_model", None)
+    if unwrap is not None:
+        try:
+            python_model = unwrap()
+        except MlflowException:  # not a python model
+            return None
+    return python_model.llm if isinstance(python_model, LlmflowPyfuncModel) else None
+
+
+def weights_location(spec: ModelSpec, artifacts: dict[str, str]) -> Path:
+    """Where the weights are: the copied artifact, or the path recorded in reference mode."""
+    if spec.weights_path is not None:
+        path = Path(spec.weights_path)
+        if not path.exists():
+            raise ModelNotFound(
+                f"this model was logged by reference to {spec.weights_path!r}, which does not exist "
+                "here; put the weights there, or log the model again without by_reference so that "
+                "the weights travel with it"
+            )
+        return path
+    if WEIGHTS_ARTIFACT not in artifacts:
+        raise ModelNotFound(f"the logged model has no {WEIGHTS_ARTIFACT!r} artifact with its weights")
+    return Path(artifacts[WEIGHTS_ARTIFACT])
+
+
+def chunk_dicts(chunks: Iterator[Chunk]) -> Iterator[dict[str, Any]]:
+    """The stream as dicts; closing this generator closes (and so cancels) the generation."""
+    try:
+        for chunk in chunks:
+            yield chunk_to_dict(chunk)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
+def chunk_to_dict(chunk: Chunk) -> dict[str, Any]:
+    if not chunk.is_final:
+        return {"content": chunk.text}
+    assert chunk.finish_reason is not None and chunk.usage is not None
+    return {"content": "", "finish_reason": chunk.finish_reason.value, "usage": chunk.usage.to_dict()}
+
+
+def chunk_from_dict(data: dict[str, Any]) -> Chunk:
+    """A chunk dict from `predict_stream` back as a `Chunk` (for timers and printers)."""
+    reason = data.get("finish_reason")
+    if reason is None:
+        return Chunk(data["content"])
+    usage = data["usage"]
+    return Chunk("", FinishReason(reason), Usage(usage["prompt_tokens"], usage["completion_tokens"]))
+
+
+def completion_to_dict(completion: Completion) -> dict[str, Any]:
+    return {
+        "content": completion.text,
+        "finish_reason": completion.finish_reason.value,
+        "usage": completion.usage.to_dict(),
+    }
+
+
+@contextmanager
+def _as_mlflow_error() -> Iterator[None]:
+    """llmflow's input errors as `MlflowException`s (HTTP 400 in MLflow's scoring server)."""
+    try:
+        yield
+    except LlmflowError as exc:
+        raise InvalidModelInput(exc) from exc

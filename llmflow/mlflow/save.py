@@ -1,0 +1,169 @@
+"""Saving an llmflow model in MLflow's format: models-from-code, the weights as an artifact.
+
+The saved directory holds `model_code.py` (no pickled object), an MLmodel whose `model_config`
+says how to rebuild the LLM (engine, engine options, prompt format, default params), the
+signature, pinned pip requirements, and the weights under `artifacts/` (MLflow's artifact
+`"model"`), copied once with a progress bar for large files.
+
+Reference mode (`by_reference=True`) records the weights' absolute local path instead of copying
+them: logging is instant and needs no extra disk, but the model only loads where that path
+exists with the same files, and MLflow cannot move or serve it anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmflow import __version__
+from llmflow.engines import engine_class, guess_engine
+from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
+from llmflow.mlflow.requirements import default_requirements
+from llmflow.mlflow.signature import INPUT_EXAMPLE, build_signature
+from llmflow.mlflow.weights import copy_weights
+from llmflow.model_files import resolve_model_path
+from llmflow.prompts import ChatTemplate, PromptMap
+
+MODEL_CODE = Path(__file__).with_name("model_code.py")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What to save: a validated spec and where its weights are now."""
+
+    spec: ModelSpec
+    weights: Path
+
+
+def model_source(
+    model: str | Path | None = None,
+    *,
+    engine: str | None = None,
+    engine_options: Mapping[str, Any] | None = None,
+    chat_template: str | None = None,
+    prompt_map: Mapping[str, str] | None = None,
+    pre_prompt: str = "",
+    post_prompt: str = "",
+    default_params: Mapping[str, Any] | None = None,
+    system_prompt: str | None = None,
+    by_reference: bool = False,
+) -> ModelSource:
+    """Check everything that can be checked without loading the weights, and describe the model.
+
+    Raises llmflow errors (`ModelNotFound`, `UnknownEngine`, `InvalidParams`, `ChatTemplateError`)."""
+    weights = resolve_model_path(model).resolve()
+    engine = engine or guess_engine(weights)
+    engine_class(engine)  # an unknown engine fails now, not when the model is loaded
+    if prompt_map is not None:
+        PromptMap(dict(prompt_map), pre_prompt, post_prompt)
+    if chat_template is not None:
+        ChatTemplate(chat_template).validate()
+    spec = ModelSpec.parse(
+        {
+            "llmflow_version": __version__,
+            "model_name": weights.name.removesuffix(".gguf"),
+            "engine": engine,
+            "engine_options": dict(engine_options or {}),
+            "chat_template": chat_template,
+            "prompt_map": dict(prompt_map) if prompt_map is not None else None,
+            "pre_prompt": pre_prompt,
+            "post_prompt": post_prompt,
+            "default_params": dict(default_params or {}),
+            "system_prompt": system_prompt,
+            "weights_path": str(weights) if by_reference else None,
+        }
+    )
+    return ModelSource(spec, weights)
+
+
+def save_model(
+    path: str | Path,
+    model: str | Path | None = None,
+    *,
+    pip_requirements: list[str] | None = None,
+    extra_pip_requirements: list[str] | None = None,
+    input_example: Any = INPUT_EXAMPLE,
+    metadata: dict[str, Any] | None = None,
+    progress: bool | None = None,
+    mlflow_model: Any = None,
+    **options: Any,
+) -> None:
+    """Save an llmflow model to a local directory `path` (which must not exist or be empty).
+
+    `model` is a model file or directory (default: the embedded SmolLM2-135M-Instruct GGUF).
+    `options` are those of `model_source`: engine, engine_options, chat_template, prompt_map,
+    pre_prompt, post_prompt, default_params, system_prompt, by_reference.
+    """
+    source = model_source(model, **options)
+    save_source(
+        path,
+        source,
+        pip_requirements=pip_requirements,
+        extra_pip_requirements=extra_pip_requirements,
+        input_example=input_example,
+        metadata=metadata,
+        progress=progress,
+        mlflow_model=mlflow_model,
+    )
+
+
+def save_source(
+    path: str | Path,
+    source: ModelSource,
+    *,
+    pip_requirements: list[str] | None = None,
+    extra_pip_requirements: list[str] | None = None,
+    input_example: Any = INPUT_EXAMPLE,
+    metadata: dict[str, Any] | None = None,
+    progress: bool | None = None,
+    mlflow_model: Any = None,
+) -> None:
+    import mlflow
+    from mlflow.models import Model
+
+    spec = source.spec
+    mlflow_model = mlflow_model if mlflow_model is not None else Model()
+    requirements = pip_requirements
+    if requirements is None:
+        requirements = default_requirements(spec.engine) + list(extra_pip_requirements or [])
+    mlflow.pyfunc.save_model(
+        str(path),
+        python_model=str(MODEL_CODE),
+        model_config=spec.to_config(),
+        signature=build_signature(spec.sampling_params, spec.system_prompt),
+        input_example=input_example,
+        pip_requirements=requirements,
+        metadata=metadata,
+        mlflow_model=mlflow_model,
+        streamable=True,
+    )
+    if not spec.by_reference:
+        _add_weights_artifact(Path(path), source.weights, mlflow_model, progress)
+
+
+def _add_weights_artifact(path: Path, weights: Path, mlflow_model: Any, progress: bool | None) -> None:
+    """Copy the weights into `artifacts/` and record them as the pyfunc artifact "model".
+
+    Done here rather than by MLflow's `artifacts=` argument, which copies through a staging
+    directory without progress; the MLmodel entry is the same one MLflow writes."""
+    from mlflow.models.model import MLMODEL_FILE_NAME
+    from mlflow.pyfunc import FLAVOR_NAME
+    from mlflow.pyfunc.model import (
+        CONFIG_KEY_ARTIFACT_RELATIVE_PATH,
+        CONFIG_KEY_ARTIFACT_URI,
+        CONFIG_KEY_ARTIFACTS,
+    )
+
+    relative = Path("artifacts", weights.name)
+    copy_weights(weights, path / relative, progress=progress)
+    flavor = mlflow_model.flavors[FLAVOR_NAME]
+    flavor[CONFIG_KEY_ARTIFACTS] = {
+        WEIGHTS_ARTIFACT: {
+            CONFIG_KEY_ARTIFACT_RELATIVE_PATH: relative.as_posix(),
+            CONFIG_KEY_ARTIFACT_URI: str(weights),
+        }
+    }
+    mlflow_model.model_size_bytes = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    mlflow_model.save(str(path / MLMODEL_FILE_NAME))

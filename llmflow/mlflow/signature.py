@@ -1,0 +1,77 @@
+"""The logged model's signature: what MLflow itself checks before llmflow sees a request.
+
+Inputs are a `prompt` string or a `messages` list of `{role, content}`. Every sampling param is
+in the `ParamSchema` with the model's default, so MLflow rejects a wrong type and fills in what
+the caller left out.
+
+MLflow types a param as a scalar or as a list, never either, so stop strings come in two params:
+`stop` (one string: the seed's `"stop": "<|im_end|>"`) and `stop_sequences` (a list). Both apply.
+Called without MLflow (the python model directly, or the HTTP server), `stop` may be a list too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+from mlflow.models.signature import ModelSignature
+from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
+from mlflow.types.schema import Array, Object, Property
+
+from llmflow.params import SamplingParams
+
+#: params the model takes on top of the sampling params
+STOP_SEQUENCES = "stop_sequences"
+SYSTEM_PROMPT = "system_prompt"
+DETAILS = "details"  # predict returns dicts with finish_reason and usage instead of strings
+RESULT = "result"  # "struct": predict returns flat per-row dicts (Spark's struct result), see rows.py
+RESULT_TEXT = "text"
+RESULT_STRUCT = "struct"
+
+INPUT_EXAMPLE: dict[str, Any] = {"prompt": "What is MLflow?"}
+
+_SCALAR_TYPES = {float: DataType.double, int: DataType.long, bool: DataType.boolean, str: DataType.string}
+
+
+def input_schema() -> Schema:
+    message = Object([Property("role", DataType.string), Property("content", DataType.string)])
+    return Schema(
+        [
+            ColSpec(DataType.string, "prompt", required=False),
+            ColSpec(Array(message), "messages", required=False),
+        ]
+    )
+
+
+def param_schema(defaults: SamplingParams, system_prompt: str | None = None) -> ParamSchema:
+    """Every sampling param with `defaults`' value, plus `stop_sequences`, `system_prompt`,
+    `details` and `result`."""
+    specs = [
+        ParamSpec(name, _scalar_type(name, field.annotation), getattr(defaults, name))
+        for name, field in SamplingParams.model_fields.items()
+        if name != "stop"
+    ]
+    specs += [
+        ParamSpec("stop", DataType.string, None),
+        ParamSpec(STOP_SEQUENCES, DataType.string, list(defaults.stop), (-1,)),
+        ParamSpec(SYSTEM_PROMPT, DataType.string, system_prompt),
+        ParamSpec(DETAILS, DataType.boolean, False),
+        ParamSpec(RESULT, DataType.string, RESULT_TEXT),
+    ]
+    return ParamSchema(specs)
+
+
+def build_signature(defaults: SamplingParams, system_prompt: str | None = None) -> ModelSignature:
+    return ModelSignature(
+        inputs=input_schema(),
+        outputs=Schema([ColSpec(DataType.string)]),
+        params=param_schema(defaults, system_prompt),
+    )
+
+
+def _scalar_type(name: str, annotation: Any) -> DataType:
+    """The MLflow type of a scalar sampling param (`int | None` counts as int)."""
+    candidates = [t for t in (annotation, *get_args(annotation)) if t is not type(None)]
+    for candidate in candidates:
+        if candidate in _SCALAR_TYPES:
+            return _SCALAR_TYPES[candidate]
+    raise TypeError(f"no MLflow param type for sampling param {name!r} ({annotation!r})")

@@ -1,0 +1,69 @@
+"""`predict(..., params={"result": "struct"})`: one flat record per row, and bad rows as values.
+
+This is the shape Spark's struct result type takes from `mlflow.pyfunc.spark_udf`
+(`result_type=SPARK_RESULT_TYPE`): answer, finish reason and token counts side by side, so a
+job can filter, count and sum them in SQL. A row the model cannot answer (an empty prompt, no
+`prompt` and no `messages`, bad messages, a prompt longer than the context window) gets an
+error record instead of failing the whole batch, which in Spark would fail the job:
+`finish_reason` is `"error"`, `error` says what to fix, `answer` is empty and the token counts
+are 0. Good rows have an empty `error`.
+
+Empty strings and zeros rather than nulls: MLflow's `spark_udf` casts each struct field with
+numpy, which turns a null in a string field into the text "nan" or "None" and fails on a null in
+an integer field, so nulls cannot be carried through it reliably.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from llmflow.errors import LlmflowError
+from llmflow.llm import PromptInput, collect
+
+if TYPE_CHECKING:
+    from llmflow.llm import LLM
+    from llmflow.mlflow.inputs import Options
+
+#: the fields of a struct record, in order
+RESULT_FIELDS = ("answer", "finish_reason", "prompt_tokens", "completion_tokens", "error")
+#: Spark's type for them (a DDL string `spark_udf` accepts as `result_type`)
+SPARK_RESULT_TYPE = (
+    "answer string, finish_reason string, prompt_tokens int, completion_tokens int, error string"
+)
+#: the finish reason of a row that could not be answered
+FINISH_ERROR = "error"
+
+
+def struct_answers(
+    llm: LLM, rows: list[PromptInput | LlmflowError], options: Options
+) -> list[dict[str, Any]]:
+    """One record per row, generated one after the other. Only input errors become records;
+    an engine failure still fails the call."""
+    return [_answer(llm, row, options) for row in rows]
+
+
+def _answer(llm: LLM, row: PromptInput | LlmflowError, options: Options) -> dict[str, Any]:
+    if isinstance(row, LlmflowError):
+        return error_record(row)
+    try:
+        request = llm.prepare(row, options.sampling, system_prompt=options.system_prompt)
+    except LlmflowError as exc:  # bad messages, a prompt too long for the context window
+        return error_record(exc)
+    completion = collect(llm.stream_prepared(request))
+    return {
+        "answer": completion.text,
+        "finish_reason": completion.finish_reason.value,
+        "prompt_tokens": completion.usage.prompt_tokens,
+        "completion_tokens": completion.usage.completion_tokens,
+        "error": "",
+    }
+
+
+def error_record(error: LlmflowError) -> dict[str, Any]:
+    return {
+        "answer": "",
+        "finish_reason": FINISH_ERROR,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "error": str(error),
+    }

@@ -1,0 +1,12 @@
+"""llmflow's HTTP server: OpenAI-compatible streaming routes and MLflow's /invocations, for an
+llmflow model or any MLflow pyfunc model.
+
+    from llmflow.server import create_app, load_served, ServerSettings
+    app = create_app(load_served("models:/chat/1"), ServerSettings(max_queue=8))
+"""
+
+from llmflow.server.app import create_app
+from llmflow.server.served import ServedModel, load_served
+from llmflow.server.settings import ServerSettings
+
+__all__ = ["ServedModel", "ServerSettings", "create_app", "load_served"]

@@ -1,0 +1,106 @@
+"""The FastAPI app: routes, error handlers and middleware around one served model."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from starlette.middleware.cors import CORSMiddleware
+
+from llmflow import __version__
+from llmflow.server import health, invocations, openai, playground
+from llmflow.server.errors import EXCEPTION_HANDLERS
+from llmflow.server.middleware import ApiKeyMiddleware, BodyLimitMiddleware, ResponseCounterMiddleware
+from llmflow.server.served import ServedModel
+from llmflow.server.settings import ServerSettings
+from llmflow.server.state import ServerState
+
+logger = logging.getLogger(__name__)
+
+ROUTERS = (health.router, openai.router, invocations.router)
+
+
+def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:
+    """An app serving `served`: a `ServedModel`, an `llmflow.LLM`, or a loaded MLflow pyfunc model."""
+    settings = settings or ServerSettings()
+    served = _as_served(served, settings)
+    state = ServerState.build(served, settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await state.shutdown()
+
+    app = FastAPI(
+        title="llmflow",
+        version=__version__,
+        description=f"Streaming inference for {served.name!r}: OpenAI-compatible routes, MLflow invocations.",
+        lifespan=lifespan,
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+    )
+    app.state.llmflow = state
+    for router in ROUTERS:
+        app.include_router(router)
+        state.known_paths.update(route.path for route in router.routes if isinstance(route, APIRoute))
+    playground.mount(app, state)  # the chat page at /, public: it asks for the key itself
+    _add_middleware(app, state)
+    app.openapi = lambda: _openapi(app, state)  # type: ignore[method-assign]
+    return app
+
+
+def _as_served(served: Any, settings: ServerSettings) -> ServedModel:
+    if isinstance(served, ServedModel):
+        if settings.model_name and settings.model_name != served.name:
+            served.name = settings.model_name
+        return served
+    from llmflow.llm import LLM
+
+    if isinstance(served, LLM):
+        return ServedModel.from_llm(served, settings.model_name)
+    if hasattr(served, "predict") and hasattr(served, "metadata"):  # a loaded pyfunc model
+        return ServedModel.from_pyfunc(served, settings.model_name or "model")
+    raise TypeError(f"cannot serve a {type(served).__name__}: give a ServedModel, an LLM or a pyfunc model")
+
+
+def _add_middleware(app: FastAPI, state: ServerState) -> None:
+    """Added innermost first: body limit, API key, CORS, response counter (outermost)."""
+    settings = state.settings
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    if settings.api_key is not None:
+        app.add_middleware(
+            ApiKeyMiddleware,
+            api_key=settings.api_key.get_secret_value(),
+            public_paths=lambda: state.public_paths,
+        )
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(
+        ResponseCounterMiddleware, count=state.metrics.count_response, known_paths=lambda: state.known_paths
+    )
+
+
+def _openapi(app: FastAPI, state: ServerState) -> dict[str, Any]:
+    """FastAPI's document, plus the bearer-key requirement when the server has a key."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    if state.settings.api_key is not None:
+        schema.setdefault("components", {})["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"}
+        }
+        schema["security"] = [{"bearer": []}]
+        for path in state.public_paths:
+            for operation in schema["paths"].get(path, {}).values():
+                operation["security"] = []
+    app.openapi_schema = schema
+    return schema

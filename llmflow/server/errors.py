@@ -1,0 +1,143 @@
+"""The one place where errors become HTTP answers: status, OpenAI's error shape, headers.
+
+llmflow errors are mapped by class (never by message text) through `ERROR_TABLE`; the most
+specific class listed wins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from llmflow.errors import (
+    ChatTemplateError,
+    ContextLengthExceeded,
+    EngineUnavailable,
+    FieldProblem,
+    InvalidRequest,
+    LlmflowError,
+    ModelNotFound,
+    QueueFull,
+    QueueTimeout,
+    RequestTimeout,
+    RequestTooLarge,
+    Unauthorized,
+    UnsupportedEndpoint,
+)
+
+logger = logging.getLogger(__name__)
+
+#: llmflow error class -> (HTTP status, OpenAI error type)
+ERROR_TABLE: dict[type[LlmflowError], tuple[int, str]] = {
+    InvalidRequest: (400, "invalid_request_error"),  # InvalidParams, InvalidMessages
+    ContextLengthExceeded: (400, "invalid_request_error"),
+    ChatTemplateError: (400, "invalid_request_error"),
+    Unauthorized: (401, "authentication_error"),
+    ModelNotFound: (404, "not_found_error"),
+    UnsupportedEndpoint: (404, "not_found_error"),
+    RequestTooLarge: (413, "invalid_request_error"),
+    QueueFull: (429, "rate_limit_error"),
+    QueueTimeout: (503, "overloaded_error"),
+    EngineUnavailable: (503, "server_error"),
+    RequestTimeout: (504, "timeout_error"),
+    LlmflowError: (500, "server_error"),
+}
+
+
+def status_of(error: LlmflowError) -> tuple[int, str]:
+    for cls in type(error).__mro__:
+        if cls in ERROR_TABLE:
+            return ERROR_TABLE[cls]  # type: ignore[index]
+    return 500, "server_error"
+
+
+def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def llmflow_error_body(error: LlmflowError) -> dict[str, Any]:
+    _, type_ = status_of(error)
+    return error_body(str(error), type_, error.code, error.param)
+
+
+def internal_error_body(error: BaseException) -> dict[str, Any]:
+    """An unexpected failure: its class name only, details go to the log."""
+    if isinstance(error, LlmflowError):
+        return llmflow_error_body(error)
+    return error_body(
+        f"internal error ({type(error).__name__}); see the server log", "server_error", "internal_error"
+    )
+
+
+def error_headers(error: LlmflowError) -> dict[str, str]:
+    if isinstance(error, Unauthorized):
+        return {"WWW-Authenticate": "Bearer"}
+    retry_after = getattr(error, "retry_after_s", None)
+    if isinstance(error, (QueueFull, QueueTimeout)) and retry_after is not None:
+        return {"Retry-After": str(retry_after)}
+    return {}
+
+
+def error_response(error: LlmflowError) -> JSONResponse:
+    status, _ = status_of(error)
+    return JSONResponse(llmflow_error_body(error), status_code=status, headers=error_headers(error))
+
+
+def sse_error_event(error: BaseException) -> bytes:
+    """An error after streaming began: one SSE event in OpenAI's error shape (then [DONE])."""
+    return b"data: " + json.dumps(internal_error_body(error), ensure_ascii=False).encode() + b"\n\n"
+
+
+def validation_problems(exc: RequestValidationError) -> list[FieldProblem]:
+    problems = []
+    for error in exc.errors():
+        loc = [str(part) for part in error.get("loc", ()) if part != "body"]
+        field = ".".join(loc) or "body"
+        message = "unknown field" if error.get("type") == "extra_forbidden" else error.get("msg", "invalid")
+        problems.append(FieldProblem(field, message))
+    return problems
+
+
+async def _on_llmflow_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, LlmflowError)
+    return error_response(exc)
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(InvalidRequest(validation_problems(exc)))
+
+
+async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "error"
+    if status == 404:
+        message = f"no route {request.method} {request.url.path}"
+    elif status == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail) if exc.detail else phrase
+    code = phrase.lower().replace(" ", "_")
+    type_ = "not_found_error" if status == 404 else "invalid_request_error"
+    return JSONResponse(error_body(message, type_, code), status_code=status, headers=exc.headers)
+
+
+async def _on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    return JSONResponse(internal_error_body(exc), status_code=500)
+
+
+EXCEPTION_HANDLERS = {
+    LlmflowError: _on_llmflow_error,
+    RequestValidationError: _on_validation_error,
+    HTTPException: _on_http_error,
+    Exception: _on_unexpected_error,
+}

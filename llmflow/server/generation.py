@@ -1,0 +1,100 @@
+"""One admitted generation: a place in the admission queue, a worker thread, a deadline, and the
+request's timings, recorded in the metrics once both the worker and the response are done."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+from llmflow.errors import RequestTimeout
+from llmflow.server.state import ServerState
+from llmflow.server.timings import RequestTimings
+from llmflow.server.worker import ThreadedStream
+
+T = TypeVar("T")
+
+#: from the last item of a stream: (finish reason or None, prompt tokens, completion tokens)
+Summary = tuple[str | None, int | None, int | None]
+
+
+class Generation(Generic[T]):
+    """Owns its admission place until the worker finishes; `close()` is the response's side."""
+
+    def __init__(
+        self,
+        state: ServerState,
+        stream: ThreadedStream[T],
+        timings: RequestTimings,
+        summarize: Callable[[T | None], Summary],
+    ):
+        self.state = state
+        self.stream = stream
+        self.timings = timings
+        self._summarize = summarize
+        self._open = 2  # the worker and the response
+        self._closed = False
+        self._deadline: asyncio.TimerHandle | None = None
+        state.active.add(self)
+        stream.done.add_done_callback(self._worker_done)
+
+    def set_deadline(self, remaining_s: float) -> None:
+        timeout_s = self.state.settings.request_timeout_s
+        self._deadline = asyncio.get_running_loop().call_later(
+            max(remaining_s, 0.0), self._time_out, timeout_s
+        )
+
+    def _time_out(self, timeout_s: float) -> None:
+        self.timings.outcome = self.timings.outcome or "timeout"
+        self.stream.fail(RequestTimeout(timeout_s))
+
+    def _worker_done(self, _: Any) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self.state.admission.release()
+        self.state.active.discard(self)
+        finish, prompt_tokens, completion_tokens = self._summarize(self.stream.last)
+        self.timings.prompt_tokens = prompt_tokens
+        self.timings.completion_tokens = completion_tokens
+        if self.stream.failure is not None:
+            self.timings.outcome = self.timings.outcome or "error"
+        elif finish is not None:
+            self.timings.outcome = self.timings.outcome or finish
+        self._settle()
+
+    def close(self) -> None:
+        """The response is over (finished, failed or abandoned by the client): stop the worker
+        if it still runs. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.stream.stop()
+        self._settle()
+
+    def _settle(self) -> None:
+        self._open -= 1
+        if self._open == 0:
+            self.timings.finish("stop" if self.stream.exhausted else "cancelled")
+            self.state.metrics.observe(self.timings)
+
+
+async def start_generation(
+    state: ServerState,
+    make_iterator: Callable[[], Iterator[T]],
+    timings: RequestTimings,
+    summarize: Callable[[T | None], Summary],
+    on_stop: Callable[[], None] | None = None,
+) -> Generation[T]:
+    """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
+    then start `make_iterator()` in a worker thread. The caller must `close()` the generation."""
+    timeout_s = state.settings.request_timeout_s
+    await state.admission.acquire(timeout_s - timings.elapsed_s())
+    timings.admit()
+    try:
+        stream = ThreadedStream(make_iterator, state.executor, on_stop)
+    except BaseException:
+        state.admission.release()
+        raise
+    generation = Generation(state, stream, timings, summarize)
+    generation.set_deadline(timeout_s - timings.elapsed_s())
+    return generation

@@ -1,0 +1,264 @@
+"""OpenAI-compatible routes: chat and text completions (streaming or not) and the model list.
+
+Input is validated and tokenized before the response starts, so bad input is a 4xx JSON answer,
+never a broken stream. Generation runs in a worker thread (see `generation`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.types import Receive
+
+from llmflow.errors import (
+    FieldProblem,
+    InvalidParams,
+    InvalidRequest,
+    LlmflowError,
+    ModelNotFound,
+    UnsupportedEndpoint,
+)
+from llmflow.llm import LLM, PreparedRequest
+from llmflow.params import SamplingParams
+from llmflow.server import openai_format
+from llmflow.server.errors import sse_error_event
+from llmflow.server.generation import Generation, Summary, start_generation
+from llmflow.server.openai_format import StreamFormat
+from llmflow.server.schemas import (
+    SSE_DESCRIPTION,
+    ChatCompletion,
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    TextCompletion,
+    error_responses,
+)
+from llmflow.server.sse import DONE, StreamResponse
+from llmflow.server.state import ServerState, get_state
+from llmflow.server.timings import RequestTimings
+from llmflow.types import CancelToken, Chunk, Completion
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1", tags=["OpenAI"])
+
+_GENERATION_ERRORS = error_responses(400, 401, 404, 413, 429, 503, 504)
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "stop", "seed")
+
+
+def _stream_doc(model: type) -> dict[int | str, dict[str, Any]]:
+    return {
+        200: {
+            "model": model,
+            "description": SSE_DESCRIPTION,
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **_GENERATION_ERRORS,
+    }
+
+
+@router.post("/chat/completions", response_model=None, responses=_stream_doc(ChatCompletion))
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+    """Answer a conversation with the model's chat template."""
+    timings = RequestTimings()
+    state = get_state(request)
+    llm = _llm_for(state, body.model)
+    max_tokens = body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens
+    params = _sampling_params(llm, body, max_tokens=max_tokens)
+    messages = [message.model_dump(include={"role", "content"}) for message in body.messages]
+    prepared = await _prepare(llm, messages, params, raw=False)
+    return await _answer(state, request, llm, prepared, body, timings, chat=True)
+
+
+@router.post("/completions", response_model=None, responses=_stream_doc(TextCompletion))
+async def completions(body: CompletionRequest, request: Request) -> Response:
+    """Continue a prompt as is (no chat template)."""
+    timings = RequestTimings()
+    state = get_state(request)
+    llm = _llm_for(state, body.model)
+    params = _sampling_params(llm, body, max_tokens=body.max_tokens)
+    prepared = await _prepare(llm, _single_prompt(body.prompt), params, raw=True)
+    return await _answer(state, request, llm, prepared, body, timings, chat=False)
+
+
+@router.get("/models", response_model=ModelList, responses=error_responses(401))
+async def list_models(request: Request) -> JSONResponse:
+    state = get_state(request)
+    return JSONResponse(openai_format.model_list(state.served.name, state.created))
+
+
+@router.get("/models/{model}", response_model=ModelCard, responses=error_responses(401, 404))
+async def get_model(model: str, request: Request) -> JSONResponse:
+    state = get_state(request)
+    if model != state.served.name:
+        raise _unknown_model(model, state)
+    return JSONResponse(openai_format.model_card(state.served.name, state.created))
+
+
+# -- request checks -----------------------------------------------------------------------------
+def _unknown_model(model: str, state: ServerState) -> ModelNotFound:
+    error = ModelNotFound(f"the model {model!r} is not served here; this server serves {state.served.name!r}")
+    error.param = "model"
+    return error
+
+
+def _llm_for(state: ServerState, model: str) -> LLM:
+    if model != state.served.name:
+        raise _unknown_model(model, state)
+    if state.served.llm is None:
+        raise UnsupportedEndpoint(
+            f"{state.served.name!r} is a plain MLflow pyfunc model: it is served at POST /invocations "
+            '(with "stream": true to stream), not through the OpenAI routes'
+        )
+    return state.served.llm
+
+
+def _sampling_params(
+    llm: LLM, body: ChatCompletionRequest | CompletionRequest, max_tokens: int | None
+) -> SamplingParams:
+    problems = _unsupported_fields(body)
+    if problems:
+        raise InvalidRequest(problems)
+    values = {name: getattr(body, name) for name in _SAMPLING_FIELDS if getattr(body, name) is not None}
+    if max_tokens is not None:
+        values["max_tokens"] = max_tokens
+    try:
+        return llm.default_params.merged(values)
+    except InvalidParams as exc:
+        if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
+            renamed = [FieldProblem(_rename(p.field), p.message) for p in exc.problems]
+            raise InvalidParams(renamed) from None
+        raise
+
+
+def _rename(field: str) -> str:
+    return "max_completion_tokens" if field == "max_tokens" else field
+
+
+def _unsupported_fields(body: ChatCompletionRequest | CompletionRequest) -> list[FieldProblem]:
+    problems = []
+    if body.stream_options is not None and not body.stream:
+        problems.append(FieldProblem("stream_options", "is only allowed when stream is true"))
+    if body.n not in (None, 1):
+        problems.append(FieldProblem("n", "only n=1 is supported"))
+    for name in ("frequency_penalty", "presence_penalty"):
+        if getattr(body, name) not in (None, 0):
+            problems.append(FieldProblem(name, "is not supported (only 0)"))
+    if body.logprobs:
+        problems.append(FieldProblem("logprobs", "is not supported"))
+    if isinstance(body, CompletionRequest) and body.echo:
+        problems.append(FieldProblem("echo", "is not supported"))
+    return problems
+
+
+def _single_prompt(prompt: str | list[str]) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if len(prompt) != 1:
+        raise InvalidRequest.single("prompt", "give one prompt (a string, or a list of exactly one string)")
+    return prompt[0]
+
+
+async def _prepare(llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool) -> PreparedRequest:
+    """Render and tokenize in a thread (a long prompt takes a while), raising llmflow errors."""
+    try:
+        return await asyncio.to_thread(llm.prepare, prompt, params, raw=raw)
+    except UnicodeEncodeError:
+        field = "prompt" if raw else "messages"
+        raise InvalidRequest.single(
+            field, "holds text that is not valid Unicode (a lone surrogate)"
+        ) from None
+
+
+# -- answering ----------------------------------------------------------------------------------
+def _summarize(last: Chunk | None) -> Summary:
+    if last is None or last.usage is None:
+        return None, None, None
+    reason = last.finish_reason.value if last.finish_reason is not None else None
+    return reason, last.usage.prompt_tokens, last.usage.completion_tokens
+
+
+async def _answer(
+    state: ServerState,
+    request: Request,
+    llm: LLM,
+    prepared: PreparedRequest,
+    body: ChatCompletionRequest | CompletionRequest,
+    timings: RequestTimings,
+    *,
+    chat: bool,
+) -> Response:
+    cancel = CancelToken()
+    generation = await start_generation(
+        state, lambda: llm.stream_prepared(prepared, cancel), timings, _summarize, on_stop=cancel.cancel
+    )
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        fmt = StreamFormat(chat=chat, model=state.served.name, include_usage=include_usage)
+        return StreamResponse(_events(generation, fmt), on_close=generation.close)
+    completion = await _collect(generation, request.receive)
+    build = openai_format.chat_completion if chat else openai_format.text_completion
+    return JSONResponse(build(state.served.name, completion.text, completion.finish_reason, completion.usage))
+
+
+async def _events(generation: Generation[Chunk], fmt: StreamFormat) -> AsyncIterator[bytes]:
+    """role chunk (chat), text deltas, finish chunk, usage chunk (when asked), [DONE]."""
+    timings = generation.timings
+    try:
+        if fmt.chat:
+            yield fmt.role()
+        async for chunk in generation.stream:
+            if chunk.text:
+                timings.token()
+                yield fmt.text(chunk.text)
+                continue
+            yield fmt.finish(chunk.finish_reason)
+            if fmt.include_usage and chunk.usage is not None:
+                yield fmt.usage(chunk.usage)
+            break
+    except Exception as exc:
+        _log_stream_error(exc)
+        timings.outcome = timings.outcome or "error"
+        yield sse_error_event(exc)
+    finally:
+        generation.close()
+    yield DONE
+
+
+async def _collect(generation: Generation[Chunk], receive: Receive) -> Completion:
+    """The whole answer; a client that disconnects meanwhile stops the generation."""
+    watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
+    watcher.add_done_callback(lambda task: task.cancelled() or generation.stream.stop())
+    parts: list[str] = []
+    try:
+        async for chunk in generation.stream:
+            if chunk.text:
+                generation.timings.token()
+                parts.append(chunk.text)
+            elif chunk.finish_reason is not None and chunk.usage is not None:
+                return Completion("".join(parts), chunk.finish_reason, chunk.usage)
+        raise RuntimeError("the generation ended without a final chunk")
+    except BaseException:
+        generation.timings.outcome = generation.timings.outcome or "error"
+        raise
+    finally:
+        watcher.cancel()
+        generation.close()
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _log_stream_error(exc: Exception) -> None:
+    if isinstance(exc, LlmflowError):
+        logger.info("stream ended with an error: %s", exc)
+    else:
+        logger.error("stream failed", exc_info=exc)

@@ -1,0 +1,113 @@
+"""OpenAI response bodies. Stream chunks are built from pre-encoded prefix and suffix bytes, so a
+token costs one `json.dumps` of its text."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from llmflow.types import FinishReason, Usage
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def finish_reason_value(reason: FinishReason | None) -> str | None:
+    return None if reason is None else reason.value
+
+
+class StreamFormat:
+    """The chunks of one streamed answer, chat (`chat.completion.chunk`, text in `delta.content`)
+    or text completion (`text_completion`, text in `text`)."""
+
+    def __init__(self, *, chat: bool, model: str, include_usage: bool):
+        self.chat = chat
+        self.include_usage = include_usage
+        self._head = {
+            "id": new_id("chatcmpl" if chat else "cmpl"),
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+        usage_tail = ',"usage":null' if include_usage else ""
+        if chat:
+            prefix = _dumps(self._head)[:-1] + ',"choices":[{"index":0,"delta":{"content":'
+            suffix = '},"logprobs":null,"finish_reason":null}]' + usage_tail + "}"
+        else:
+            prefix = _dumps(self._head)[:-1] + ',"choices":[{"index":0,"text":'
+            suffix = ',"logprobs":null,"finish_reason":null}]' + usage_tail + "}"
+        self._prefix = b"data: " + prefix.encode()
+        self._suffix = suffix.encode() + b"\n\n"
+
+    def text(self, text: str) -> bytes:
+        """The per-token path."""
+        return self._prefix + json.dumps(text, ensure_ascii=False).encode() + self._suffix
+
+    def role(self) -> bytes:
+        return self._event(self._choice({"role": "assistant", "content": ""}, None))
+
+    def finish(self, reason: FinishReason | None) -> bytes:
+        return self._event(self._choice({} if self.chat else "", finish_reason_value(reason)))
+
+    def usage(self, usage: Usage) -> bytes:
+        return self._event({**self._head, "choices": [], "usage": usage.to_dict()})
+
+    def _choice(self, delta: Any, finish_reason: str | None) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0}
+        choice["delta" if self.chat else "text"] = delta
+        choice["logprobs"] = None
+        choice["finish_reason"] = finish_reason
+        body: dict[str, Any] = {**self._head, "choices": [choice]}
+        if self.include_usage:
+            body["usage"] = None
+        return body
+
+    @staticmethod
+    def _event(body: dict[str, Any]) -> bytes:
+        return b"data: " + _dumps(body).encode() + b"\n\n"
+
+
+def chat_completion(model: str, text: str, reason: FinishReason | None, usage: Usage) -> dict[str, Any]:
+    return {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish_reason_value(reason),
+            }
+        ],
+        "usage": usage.to_dict(),
+    }
+
+
+def text_completion(model: str, text: str, reason: FinishReason | None, usage: Usage) -> dict[str, Any]:
+    return {
+        "id": new_id("cmpl"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason_value(reason)}
+        ],
+        "usage": usage.to_dict(),
+    }
+
+
+def model_list(name: str, created: int) -> dict[str, Any]:
+    return {"object": "list", "data": [model_card(name, created)]}
+
+
+def model_card(name: str, created: int) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": "llmflow"}

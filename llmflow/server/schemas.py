@@ -1,0 +1,141 @@
+"""OpenAI request and response bodies, as pydantic models: they validate requests and they are what
+the OpenAPI document shows. Responses are built as plain dicts on the hot path (see `openai_format`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = Field(False, description="send a last chunk with `choices: []` and `usage`")
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    # Clients echo assistant messages back with fields llmflow does not use (refusal, annotations...).
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+
+class _GenerationRequest(BaseModel):
+    """Fields shared by chat and text completions. Unknown fields are rejected (as OpenAI does)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="the served model's name, as listed by GET /v1/models")
+    stream: bool = False
+    stream_options: StreamOptions | None = Field(None, description="only with `stream: true`")
+    max_tokens: int | None = Field(None, description="tokens to generate at most")
+    temperature: float | None = Field(None, description="0 = greedy")
+    top_p: float | None = None
+    top_k: int | None = Field(None, description="llmflow extension; 0 = off")
+    min_p: float | None = Field(None, description="llmflow extension; 0 = off")
+    repetition_penalty: float | None = Field(None, description="llmflow extension; 1 = off")
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int | None = Field(1, description="only 1 is supported")
+    frequency_penalty: float | None = Field(None, description="only 0 is supported")
+    presence_penalty: float | None = Field(None, description="only 0 is supported")
+    logprobs: bool | None = Field(None, description="not supported; false or absent")
+    user: str | None = Field(None, description="accepted and ignored")
+
+
+class ChatCompletionRequest(_GenerationRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, description="tokens to generate at most")
+
+
+class CompletionRequest(_GenerationRequest):
+    prompt: str | list[str] = Field(description="a string (a list must hold exactly one)")
+    echo: bool | None = Field(None, description="not supported; false or absent")
+
+
+# -- responses (for the OpenAPI document) -----------------------------------------------------------
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class TextChoice(BaseModel):
+    index: int
+    text: str
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class TextCompletion(BaseModel):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[TextChoice]
+    usage: Usage
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+SSE_DESCRIPTION = (
+    "With `stream: true`: `text/event-stream`, one `data: {chunk}` event per delta, then `data: [DONE]`. "
+    'An error after streaming began is sent as `data: {"error": {...}}` followed by `data: [DONE]`.'
+)
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for the error statuses a route can answer."""
+    return {status: {"model": ErrorResponse} for status in statuses}

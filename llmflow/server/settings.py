@@ -1,0 +1,29 @@
+"""How a server runs: address, limits and access. One validated object, passed to `create_app`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+class ServerSettings(BaseModel):
+    """Settings of one server. Defaults are safe: loopback only, bounded queue and body, a time limit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field(DEFAULT_HOST, description="interface to bind; 127.0.0.1 keeps the server local")
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+    api_key: SecretStr | None = Field(
+        None, description="when set, every route but /health and /ping needs 'Authorization: Bearer <key>'"
+    )
+    max_running: int | None = Field(
+        None, ge=1, description="generations at once; default: what the engine supports (1 unless it batches)"
+    )
+    max_queue: int = Field(16, ge=0, description="requests waiting for a place; beyond that, 429")
+    request_timeout_s: float = Field(600.0, gt=0, description="time limit per request, queue included")
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1, description="larger request bodies get 413")
+    model_name: str | None = Field(None, description="the name clients use in 'model'; default: from MODEL")
+    cors_origins: tuple[str, ...] = Field((), description="origins allowed by CORS; none: CORS off")
+    retry_after_s: int = Field(1, ge=0, description="the Retry-After sent with 429 and 503")

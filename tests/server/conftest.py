@@ -1,0 +1,100 @@
+"""Real servers on 127.0.0.1 (free ports, stopped after use) around the embedded model, and a
+third-party MLflow pyfunc model saved and loaded the ordinary way."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from llmflow.server import ServedModel, ServerSettings, create_app
+from llmflow.server.runner import BackgroundServer
+
+#: generous: a loaded 2-core machine can be slow, and a hang should still fail rather than stall
+TIMEOUT_S = 300
+
+
+@contextmanager
+def running(served: Any, **settings: Any) -> Iterator[BackgroundServer]:
+    """A server for `served` with `settings`, stopped on exit."""
+    with BackgroundServer(create_app(served, ServerSettings(**settings))) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def served_llm(embedded_llm) -> ServedModel:
+    return ServedModel.from_llm(embedded_llm)
+
+
+@pytest.fixture(scope="session")
+def server(served_llm) -> Iterator[BackgroundServer]:
+    """One server with default settings for the whole session."""
+    with running(served_llm) as background:
+        yield background
+
+
+@pytest.fixture(scope="session")
+def model_name(served_llm) -> str:
+    return served_llm.name
+
+
+@pytest.fixture
+def http(server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
+        yield client
+
+
+@pytest.fixture
+def client(server) -> OpenAI:
+    return OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT_S)
+
+
+@pytest.fixture
+def start_server(served_llm) -> Callable[..., Any]:
+    """`with start_server(**settings) as server:` a server on the embedded model with other settings."""
+    return lambda **settings: running(served_llm, **settings)
+
+
+# -- reading what a server says --------------------------------------------------------------------
+def sse_events(raw: str) -> list[str]:
+    """The `data:` payloads of an SSE body, checking the framing on the way."""
+    assert raw.endswith("\n\n"), raw[-100:]
+    events = []
+    for block in raw.split("\n\n")[:-1]:
+        lines = [line for line in block.split("\n") if not line.startswith(":")]  # ":" = ping comments
+        if not lines:
+            continue
+        assert len(lines) == 1 and lines[0].startswith("data: "), block
+        events.append(lines[0].removeprefix("data: "))
+    return events
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """One sample from Prometheus text (0 when absent); `labels` must all match."""
+    for line in text.splitlines():
+        found = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$", line)
+        if not found or found.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', found.group(2) or ""))
+        if all(have.get(key) == value for key, value in labels.items()):
+            return float(found.group(3))
+    return 0.0
+
+
+def wait_until_idle(http: httpx.Client, timeout_s: float = TIMEOUT_S) -> str:
+    """Poll /metrics until no generation runs or waits; return the metrics text."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = http.get("/metrics").text
+        running = metric(text, "llmflow_num_requests_running")
+        waiting = metric(text, "llmflow_num_requests_waiting")
+        if running == 0 and waiting == 0:
+            return text
+        assert time.monotonic() < deadline, f"still {running} running and {waiting} waiting"
+        time.sleep(0.02)
