@@ -68,8 +68,12 @@ def batch(
 
 
 def parse_params(items: list[str]) -> dict[str, Any]:
-    """`k=v` pairs; a value that parses as JSON is taken as JSON (0, 0.7, true, ["a", "b"])."""
+    """`k=v` pairs; a value that parses as JSON is taken as JSON (0, 0.7, true, ["a", "b"]).
+
+    Checked here, before any model loads: MLflow would drop a misspelt name with a warning."""
     from llmflow.errors import InvalidParams
+    from llmflow.mlflow.inputs import parse_options
+    from llmflow.params import SamplingParams
 
     parsed: dict[str, Any] = {}
     for item in items:
@@ -80,6 +84,7 @@ def parse_params(items: list[str]) -> dict[str, Any]:
             parsed[name.strip()] = json.loads(text)
         except ValueError:
             parsed[name.strip()] = text
+    parse_options(parsed, SamplingParams())
     return parsed
 
 

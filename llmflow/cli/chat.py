@@ -39,14 +39,18 @@ def chat(
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI for model URIs")] = None,
 ) -> None:
     """Chat with a model, answers streamed token by token."""
-    with exit_on_llmflow_error():
-        stream = open_model(model, tracking_uri)
-        params: dict[str, Any] = {"max_tokens": max_tokens}
-        for key, value in (("temperature", temperature), ("seed", seed), ("system_prompt", system)):
-            if value is not None:
-                params[key] = value
-        typer.secho(HELP, err=True, dim=True)
-        run_chat(stream, params, separator="|" if show_tokens else "")
+    params: dict[str, Any] = {"max_tokens": max_tokens}
+    for key, value in (("temperature", temperature), ("seed", seed), ("system_prompt", system)):
+        if value is not None:
+            params[key] = value
+    try:
+        with exit_on_llmflow_error():
+            stream = open_model(model, tracking_uri)
+            typer.secho(HELP, err=True, dim=True)
+            run_chat(stream, params, separator="|" if show_tokens else "")
+    except KeyboardInterrupt:  # while loading, or a second Ctrl-C during an answer
+        sys.stdout.write("\n")
+        raise typer.Exit(130) from None
 
 
 def open_model(model: str, tracking_uri: str | None) -> StreamFn:

@@ -59,7 +59,9 @@ class LlamaCppBatchedEngine:
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
     thread_option: ClassVar[str] = "n_threads"
 
-    def __init__(self, backend: LlamaStepBackend, vocab: LlamaVocab, model_path: Path, options: LlamaCppBatchedOptions):
+    def __init__(
+        self, backend: LlamaStepBackend, vocab: LlamaVocab, model_path: Path, options: LlamaCppBatchedOptions
+    ):
         self._backend = backend
         self._vocab = vocab
         self._model_path = model_path
@@ -117,7 +119,9 @@ class LlamaCppBatchedEngine:
     def detokenizer(self) -> Detokenizer:
         return self._vocab.detokenizer()
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken) -> Iterator[int]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[int]:
         if params.seed is None and self.options.seed is not None:
             params = params.model_copy(update={"seed": self.options.seed})
         return self._scheduler.generate(prompt_ids, params, cancel)
@@ -179,12 +183,18 @@ class LlamaStepBackend:
     @classmethod
     def create(cls, llama_cpp: Any, model: Any, options: LlamaCppBatchedOptions) -> LlamaStepBackend:
         n_ctx = options.n_ctx or model.n_ctx_train()
-        parallel = options.parallel or default_parallel(n_ctx, _kv_bytes_per_token(llama_cpp, model), usable_cores())
+        parallel = options.parallel or default_parallel(
+            n_ctx, _kv_bytes_per_token(llama_cpp, model), usable_cores()
+        )
         limit = llama_cpp.llama_max_parallel_sequences()
         if parallel > limit:
             raise InvalidParams.single("parallel", f"llama.cpp runs at most {limit} sequences")
+        if options.prefill_chunk > options.n_batch:
+            raise InvalidParams.single("prefill_chunk", f"must be at most n_batch ({options.n_batch})")
         if options.n_batch < parallel:
-            raise InvalidParams.single("n_batch", f"must be at least parallel ({parallel}): each step decodes a token per sequence")
+            raise InvalidParams.single(
+                "n_batch", f"must be at least parallel ({parallel}): each step decodes a token per sequence"
+            )
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = _pad(n_ctx) * parallel
         params.n_seq_max = parallel
@@ -195,7 +205,9 @@ class LlamaStepBackend:
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         ctx = llama_cpp.llama_init_from_model(model.model, params)
         if ctx is None:
-            raise EngineFailed(f"llama.cpp could not create a context for {parallel} sequences of {n_ctx} tokens")
+            raise EngineFailed(
+                f"llama.cpp could not create a context for {parallel} sequences of {n_ctx} tokens"
+            )
         return cls(llama_cpp, model, ctx, options.n_batch)
 
     def decode(self, entries: Sequence[BatchEntry]) -> list[int]:
@@ -229,7 +241,12 @@ class LlamaStepBackend:
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         add = lib.llama_sampler_chain_add
         if params.repetition_penalty != 1.0:
-            add(chain, lib.llama_sampler_init_penalties(self._n_vocab, PENALTY_LAST_N, params.repetition_penalty, 0.0, 0.0))
+            add(
+                chain,
+                lib.llama_sampler_init_penalties(
+                    self._n_vocab, PENALTY_LAST_N, params.repetition_penalty, 0.0, 0.0
+                ),
+            )
         if params.greedy:
             add(chain, lib.llama_sampler_init_greedy())
             return chain

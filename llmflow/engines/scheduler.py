@@ -23,10 +23,6 @@ from llmflow.types import CancelToken
 
 log = logging.getLogger(__name__)
 
-#: a free sequence whose cached tokens match at least this many more prompt tokens than the
-#: sequence a new request would get is copied there instead of recomputing those tokens
-MIN_COPY_GAIN = 16
-
 
 @dataclass(frozen=True, slots=True)
 class BatchEntry:
@@ -81,10 +77,23 @@ class Request:
     """One generation: its tokens so far, where they are in the KV cache, its sampler, and the
     queue its consumer reads."""
 
-    __slots__ = ("cancel", "closed", "fed", "generated", "limit", "out", "params", "sampler", "seq", "tokens")
+    __slots__ = (
+        "cancel",
+        "closed",
+        "fed",
+        "generated",
+        "limit",
+        "out",
+        "params",
+        "prompt_len",
+        "sampler",
+        "seq",
+        "tokens",
+    )
 
     def __init__(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken, limit: int):
         self.tokens = list(prompt_ids)
+        self.prompt_len = len(self.tokens)
         self.params = params
         self.cancel = cancel
         #: tokens to generate at most
@@ -110,35 +119,47 @@ class Request:
 _END = object()
 
 
-def plan_step(running: Sequence[Request], n_batch: int, prefill_chunk: int) -> list[tuple[Request, BatchEntry]]:
-    """The next pass: one token for every decoding request, then prompt chunks in admission order
-    within the token budget. While others decode, prompts advance by at most `prefill_chunk`
-    tokens a step so that running streams keep flowing. Entries are sorted by sequence: llama.cpp
-    puts only consecutive sequence ids into one micro-batch."""
-    decoding = [r for r in running if r.pending == 1]
-    budget = n_batch - len(decoding)
-    if decoding:
-        budget = min(budget, prefill_chunk)
-    planned = [(r, 1) for r in decoding]
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """What one step computes: a token for every decoding request in one forward pass, then
+    prompt chunks, each in a forward pass of its own."""
+
+    decode: list[tuple[Request, BatchEntry]]
+    prefill: list[tuple[Request, BatchEntry]]
+
+
+def plan_step(running: Sequence[Request], n_batch: int, chunk: int) -> StepPlan:
+    """Plan the next step. Prompts advance in chunks aligned to multiples of `chunk`, whatever
+    runs beside them, so a request computes exactly the same numbers alone or in a batch. While
+    others decode, a step takes at most `chunk` prompt tokens, so their streams keep flowing;
+    otherwise up to `n_batch`.
+
+    Decode entries are sorted by sequence: llama.cpp puts only consecutive sequence ids into one
+    micro-batch."""
+    decoding = sorted((r for r in running if r.pending == 1), key=lambda r: r.seq)
+    budget = chunk if decoding else n_batch
+    prefill = []
     for r in running:
+        start = r.fed
+        while len(r.tokens) - start > 1:
+            end = min((start // chunk + 1) * chunk, len(r.tokens))
+            if end - start > budget:
+                break
+            prefill.append((r, _entry(r, start, end)))
+            budget -= end - start
+            start = end
         if budget <= 0:
             break
-        if r.pending > 1:
-            n = min(r.pending, budget)
-            planned.append((r, n))
-            budget -= n
-    planned.sort(key=lambda item: item[0].seq)
-    return [(r, _entry(r, n)) for r, n in planned]
+    return StepPlan([(r, _entry(r, r.fed, r.fed + 1)) for r in decoding], prefill)
 
 
-def _entry(r: Request, n: int) -> BatchEntry:
-    end = r.fed + n
-    return BatchEntry(r.seq, r.tokens[r.fed : end], r.fed, end == len(r.tokens), r.sampler)
+def _entry(r: Request, start: int, end: int) -> BatchEntry:
+    return BatchEntry(r.seq, r.tokens[start:end], start, end == len(r.tokens), r.sampler)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -151,8 +172,11 @@ class BatchScheduler:
     Running requests always hold sequences 0..n-1: with one KV stream per sequence, llama.cpp
     batches only consecutive sequence ids together, so a gap would split each step into two
     forward passes. A finished request's sequence is refilled by a waiting request or by moving
-    the highest one down. A free sequence keeps its tokens cached: a new request whose prompt
-    starts with them does not recompute them.
+    the highest one down.
+
+    A free sequence keeps the whole prompt chunks it computed: a new request whose prompt starts
+    with them does not compute them again. Only those are reused, not generated tokens (computed
+    one at a time) nor a partial last chunk, so that reuse never changes a result.
     """
 
     def __init__(
@@ -165,8 +189,8 @@ class BatchScheduler:
         prefill_chunk: int,
         eos_token_ids: Collection[int],
     ):
-        if n_batch < parallel:
-            raise ValueError(f"n_batch ({n_batch}) must be at least the number of sequences ({parallel})")
+        if not parallel <= n_batch >= prefill_chunk:
+            raise ValueError(f"n_batch ({n_batch}) must be at least parallel and prefill_chunk")
         self.backend = backend
         self.parallel = parallel
         self.n_ctx = n_ctx
@@ -189,7 +213,9 @@ class BatchScheduler:
 
     # -- consumer side (any thread) --
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken) -> Iterator[int]:
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[int]:
         """Token ids of one generation, as the scheduler samples them. It stops after
         `params.max_tokens` tokens, an end-of-generation token or a full context; closing the
         iterator or cancelling frees the sequence at the next step."""
@@ -265,14 +291,23 @@ class BatchScheduler:
         self._compact()
         if not self._running:
             return
-        planned = plan_step(self._running, self.n_batch, self.prefill_chunk)
+        plan = plan_step(self._running, self.n_batch, self.prefill_chunk)
+        self._steps += 1
+        if plan.decode:
+            self._forward(plan.decode)
+        for item in plan.prefill:
+            if item[0].seq >= 0:  # not ended by a failed pass
+                self._forward([item])
+
+    def _forward(self, planned: list[tuple[Request, BatchEntry]]) -> None:
+        """One forward pass, then hand out the sampled tokens."""
         try:
             sampled = iter(self.backend.decode([entry for _, entry in planned]))
         except EngineFailed as exc:
             for request, _ in planned:
-                self._finish(request, exc)
+                if request.seq >= 0:
+                    self._finish(request, exc)
             return
-        self._steps += 1
         for request, entry in planned:
             request.fed += len(entry.tokens)
             self._decoded += len(entry.tokens)
@@ -288,15 +323,17 @@ class BatchScheduler:
             self._finish(request)
 
     def _finish(self, request: Request, error: EngineFailed | None = None) -> None:
-        """Free the request's sequence (its tokens stay cached unless the pass failed), then
-        tell its consumer."""
+        """Free the request's sequence (its whole prompt chunks stay cached unless the pass
+        failed), then tell its consumer."""
         seq = request.seq
+        request.seq = -1
         self._running.remove(request)
         self._holder[seq] = None
         self.backend.free_sampler(request.sampler)
         request.sampler = None
         if error is None:
-            self._cached[seq] = request.tokens[: request.fed]
+            whole_chunks = request.prompt_len // self.prefill_chunk * self.prefill_chunk
+            self._cached[seq] = request.tokens[: min(request.fed, whole_chunks)]
             request.out.put(_END)
             return
         self._cached[seq] = []
@@ -321,26 +358,31 @@ class BatchScheduler:
             self._place(request, self._holder.index(None))
 
     def _place(self, request: Request, seq: int) -> None:
-        """Start `request` in sequence `seq`, reusing the longest cached prefix of its prompt."""
-        prompt = request.tokens
-        reuse = common_prefix(self._cached[seq], prompt)
+        """Start `request` in sequence `seq`, reusing the longest cached prefix of its prompt
+        (copied from another free sequence when that one holds more)."""
+        reuse = self._reusable(seq, request)
         best, best_reuse = seq, reuse
         for other, holder in enumerate(self._holder):
             if holder is None and other != seq:
-                n = common_prefix(self._cached[other], prompt)
+                n = self._reusable(other, request)
                 if n > best_reuse:
                     best, best_reuse = other, n
-        if best_reuse - reuse >= MIN_COPY_GAIN:
-            self.backend.copy(best, seq)
+        if best != seq:
+            self.backend.copy(best, seq)  # a memory copy: cheaper than computing a chunk
             self._cached[seq] = self._cached[best]
             reuse = best_reuse
-        # at least the last prompt token is decoded again: its logits give the first token
-        request.fed = self.backend.truncate(seq, min(reuse, len(prompt) - 1))
+        request.fed = self.backend.truncate(seq, reuse)
         request.seq = seq
         request.sampler = self.backend.new_sampler(request.params)
         self._holder[seq] = request
         self._cached[seq] = []
         self._running.append(request)
+
+    def _reusable(self, seq: int, request: Request) -> int:
+        """Whole chunks of the cached prefix that `request` can keep; at least its last prompt
+        token is computed again, since its logits give the first token."""
+        n = min(common_prefix(self._cached[seq], request.tokens), request.prompt_len - 1)
+        return n // self.prefill_chunk * self.prefill_chunk
 
     def _compact(self) -> None:
         """Move the highest running sequences down into gaps, so running ones are 0..n-1."""

@@ -11,6 +11,7 @@ from llmflow.errors import RequestTimeout
 from llmflow.server.state import ServerState
 from llmflow.server.timings import RequestTimings
 from llmflow.server.worker import ThreadedStream
+from llmflow.types import CancelToken
 
 T = TypeVar("T")
 
@@ -83,15 +84,16 @@ async def start_generation(
     make_iterator: Callable[[], Iterator[T]],
     timings: RequestTimings,
     summarize: Callable[[T | None], Summary],
-    on_stop: Callable[[], None] | None = None,
+    cancel: CancelToken | None = None,
 ) -> Generation[T]:
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
-    then start `make_iterator()` in a worker thread. The caller must `close()` the generation."""
+    then start `make_iterator()` in a worker thread; `cancel` is what stops it early, when the
+    source takes one. The caller must `close()` the generation."""
     timeout_s = state.settings.request_timeout_s
     await state.admission.acquire(timeout_s - timings.elapsed_s())
     timings.admit()
     try:
-        stream = ThreadedStream(make_iterator, state.executor, on_stop)
+        stream = ThreadedStream(make_iterator, state.executor, cancel)
     except BaseException:
         state.admission.release()
         raise

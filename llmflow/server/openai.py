@@ -196,7 +196,7 @@ async def _answer(
 ) -> Response:
     cancel = CancelToken()
     generation = await start_generation(
-        state, lambda: llm.stream_prepared(prepared, cancel), timings, _summarize, on_stop=cancel.cancel
+        state, lambda: llm.stream_prepared(prepared, cancel), timings, _summarize, cancel
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

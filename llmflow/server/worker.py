@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
+from llmflow.types import CancelToken
+
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
@@ -31,22 +33,22 @@ class _Failure:
 class ThreadedStream(Generic[T], AsyncIterator[T]):
     """Runs `make_iterator()` and iterates it in `executor`; `async for` yields its items.
 
-    `stop()` ends the worker after the item it is producing (and calls `on_stop`, e.g. to raise a
-    `CancelToken` so that an engine stops between two tokens); the iterator is closed in the
-    worker thread, which frees the engine. `done` resolves when the worker has fully finished;
-    `last` is the last item the worker produced (the final chunk, with usage).
+    `stop()` raises `cancel` when there is one (an engine then stops between two tokens and the
+    stream ends with its final chunk); otherwise the worker stops after the item it is producing.
+    The iterator is closed in the worker thread, which frees the engine. `done` resolves when the
+    worker has fully finished; `last` is the last item the worker produced.
     """
 
     def __init__(
         self,
         make_iterator: Callable[[], Iterator[T]],
         executor: Executor,
-        on_stop: Callable[[], None] | None = None,
+        cancel: CancelToken | None = None,
     ):
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._stopped = threading.Event()
-        self._on_stop = on_stop
+        self._cancel = cancel
         self.last: T | None = None
         #: True when the iterator ended by itself (not stopped, not failed)
         self.exhausted = False
@@ -59,10 +61,13 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
         put = self._put
         try:
             iterator = make_iterator()
+            # With a cancel token the source stops by itself within a token and ends with its
+            # final item (usage); without one, the worker stops reading after the current item.
+            drain = self._cancel is not None
             for item in iterator:
                 self.last = item
                 put(item)
-                if self._stopped.is_set():
+                if not drain and self._stopped.is_set():
                     break
             else:
                 self.exhausted = True
@@ -101,8 +106,8 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
         if self._stopped.is_set():
             return
         self._stopped.set()
-        if self._on_stop is not None:
-            self._on_stop()
+        if self._cancel is not None:
+            self._cancel.cancel()
 
     @property
     def stopped(self) -> bool:

@@ -58,7 +58,9 @@ def stream_chunks(
         if close is not None:
             close()
     if not stopped_on_string:
-        tail, stopped_on_string = _flush(detokenizer, stops)
+        # Only a model that ended its answer may end on a broken character; a stream cut short
+        # (length, cancel) drops the bytes of a character it did not finish.
+        tail, stopped_on_string = _flush(detokenizer if finish is FinishReason.STOP else None, stops)
         if tail:
             yield Chunk(tail)
         if stopped_on_string:
@@ -66,10 +68,10 @@ def stream_chunks(
     yield Chunk("", finish, Usage(prompt_tokens, generated))
 
 
-def _flush(detokenizer: Detokenizer, stops: StopMatcher) -> tuple[str, bool]:
+def _flush(detokenizer: Detokenizer | None, stops: StopMatcher) -> tuple[str, bool]:
     """Text still pending at the end (an incomplete character, a held stop prefix), and
     whether it completed a stop string."""
-    rest = detokenizer.flush()
+    rest = detokenizer.flush() if detokenizer is not None else None
     if rest:
         emitted, stopped = stops.feed(rest)
         if stopped:

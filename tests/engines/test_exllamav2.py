@@ -48,6 +48,7 @@ def test_options_are_validated_naming_each_field():
     with pytest.raises(InvalidParams, match="gpu_split needs autosplit=false"):
         ExLlamaV2Options.parse({"gpu_split": [20, 24]})
     assert ExLlamaV2Options.parse({"gpu_split": [20, 24], "autosplit": False}).gpu_split == (20, 24)
+    assert ExLlamaV2Options.parse({"cudnn_attention": False}).cudnn_attention is False
 
 
 def test_sampling_params_map_onto_exllamav2_settings():

@@ -141,7 +141,7 @@ def test_find_llm_unwraps_llmflow_models_only(loaded, tmp_path):
     code.write_text(
         "import mlflow\n"
         "class Echo(mlflow.pyfunc.PythonModel):\n"
-        "    def predict(self, context, model_input, params=None):\n"
+        "    def predict(self, context, model_input: list[str], params=None):\n"
         "        return model_input\n"
         "mlflow.models.set_model(Echo())\n"
     )

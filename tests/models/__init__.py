@@ -36,9 +36,13 @@ def smollm2_tokenizer_dir() -> Path:
             raise Unavailable(f"converting the GGUF tokenizer needs {module} (or set {TOKENIZER_DIR_ENV})")
     from transformers import AutoTokenizer
 
+    from llmflow.errors import ModelNotFound
     from llmflow.model_files import default_model_path
 
-    gguf = default_model_path()
+    try:
+        gguf = default_model_path()
+    except ModelNotFound as exc:
+        raise Unavailable(str(exc)) from None
     out = _scratch("llmflow-smollm2-tokenizer-")
     AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
     return out

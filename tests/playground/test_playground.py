@@ -211,12 +211,13 @@ def test_a_busy_server_is_a_clear_error(open_page, start_server, screenshot):
     ):
         page, _ = open_page(server.url)
         wait_ready(page)
+        model = page.locator("#model-name").text_content()
         holding = threading.Event()
         release = threading.Event()
 
         def hold_the_only_place() -> None:
             body = {
-                "model": page.locator("#model-name").text_content(),
+                "model": model,
                 "messages": [{"role": "user", "content": "Count to 1000."}],
                 "max_tokens": 2000,
                 "stream": True,

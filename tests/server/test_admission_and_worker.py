@@ -12,6 +12,7 @@ import pytest
 from llmflow.errors import QueueFull, QueueTimeout, RequestTimeout
 from llmflow.server.admission import Admission
 from llmflow.server.worker import ThreadedStream
+from llmflow.types import CancelToken
 
 
 def run(coro):
@@ -162,11 +163,10 @@ def test_a_failing_iterator_raises_in_the_reader():
 
 def test_fail_interrupts_the_reader_and_stops_the_worker():
     source = Counting(1000, 0.01)
-    stopped = threading.Event()
 
     async def scenario():
         with ThreadPoolExecutor(1) as pool:
-            stream = ThreadedStream(lambda: iter(source), pool, on_stop=stopped.set)
+            stream = ThreadedStream(lambda: iter(source), pool)
             await stream.__anext__()
             stream.fail(RequestTimeout(1))
             with pytest.raises(RequestTimeout):
@@ -175,4 +175,29 @@ def test_fail_interrupts_the_reader_and_stops_the_worker():
             await stream.done
 
     run(scenario())
-    assert stopped.is_set() and source.closed.is_set() and source.produced < 1000
+    assert source.closed.is_set() and source.produced < 1000
+
+
+def test_with_a_cancel_token_the_worker_reads_the_source_to_its_own_end():
+    """A cancelled source still says how it ended (its final item carries the usage)."""
+
+    def cancellable(cancel: CancelToken):
+        for i in range(1000):
+            if cancel.cancelled:
+                yield "cancelled"
+                return
+            time.sleep(0.01)
+            yield i
+
+    cancel = CancelToken()
+
+    async def scenario():
+        with ThreadPoolExecutor(1) as pool:
+            stream = ThreadedStream(lambda: cancellable(cancel), pool, cancel)
+            await stream.__anext__()
+            stream.stop()
+            await stream.done
+            return stream
+
+    stream = run(scenario())
+    assert cancel.cancelled and stream.last == "cancelled" and stream.exhausted

@@ -140,3 +140,10 @@ def test_property_stream_equals_whole_text_up_to_stop(s, cuts, stops):
     matches = [i for i in (s.find(x) for x in stops) if i != -1]
     assert "".join(texts) == (s[: min(matches)] if matches else s)
     assert chunks[-1].finish_reason is FinishReason.STOP
+
+
+def test_a_character_cut_by_max_tokens_is_dropped_not_broken():
+    pieces = [b"a", "大".encode()[:2], "大".encode()[2:]]
+    chunks, _ = run(pieces, max_tokens=2, then_eos=False)
+    assert [c.text for c in chunks] == ["a", ""]
+    assert chunks[-1].finish_reason is FinishReason.LENGTH
