@@ -125,6 +125,7 @@ class Bench:
             "prompt_tokens": self.args.prompt_tokens,
             "new_tokens": self.args.new_tokens,
             "concurrency": self.args.concurrency,
+            "page_size": self.args.page_size,
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "python": platform.python_version(),
@@ -221,7 +222,8 @@ class Bench:
             max_concurrency=self.args.concurrency,
             max_sequence=self.args.prompt_tokens + self.args.new_tokens,
             max_batch_tokens=8192 if self.device.type == "cuda" else 512,
-            sampling=False,
+            sampling=False,  # engine-wide processors: raw `generate_batch` takes no per-request params
+            page_size=self.args.page_size,
         )
         batching = setup.transformers_config()
         sample = {"do_sample": True, "temperature": 0.8, "top_k": 40, "top_p": 0.95} if sampling else {}
@@ -274,7 +276,10 @@ class Bench:
 
     def llmflow_concurrent(self, sampling: bool) -> dict[str, Any]:
         llm, load_s = self.engine(
-            continuous_batching=True, max_concurrency=self.args.concurrency, batch_sampling=sampling
+            continuous_batching=True,
+            max_concurrency=self.args.concurrency,
+            batch_sampling=sampling,
+            batch_page_size=self.args.page_size,
         )
         try:
             _concurrent(llm, self.prompts, 8)  # warm-up
@@ -379,6 +384,7 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--page-size", type=int, default=32, help="continuous-batching cache block size")
     parser.add_argument("--runs", type=int, default=3, help="timed runs of each single-stream path")
     parser.add_argument("--budget-s", type=float, default=520, help="skip sections that start after this")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/transformers_gpu.json"))

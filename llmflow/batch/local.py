@@ -22,14 +22,13 @@ def run_local(
     columns: InputColumns,
     params: Mapping[str, Any],
     *,
+    threads: int | None = None,
     progress: bool = True,
 ) -> tuple[pd.DataFrame, BatchSummary]:
     """The input's columns plus the result fields, one row per input row, in input order."""
-    import mlflow
-
     from llmflow.mlflow import find_llm
 
-    model = mlflow.pyfunc.load_model(model_uri)
+    model = load_pyfunc(model_uri, threads)
     named = columns.as_model_input()
     inputs = frame[list(named.values())].set_axis(list(named), axis=1).reset_index(drop=True)
     call_params = {**params, RESULT: RESULT_STRUCT}
@@ -47,6 +46,25 @@ def run_local(
     seconds = time.perf_counter() - start
     out = with_results(frame, records)
     return out, summarize(out, seconds)
+
+
+def load_pyfunc(model_uri: str, threads: int | None = None) -> Any:
+    """The logged model, its engine on `threads` CPU threads when given (its other engine options
+    kept: MLflow replaces a `model_config` key as a whole)."""
+    import mlflow
+
+    if threads is None:
+        return mlflow.pyfunc.load_model(model_uri)
+    from mlflow.models import Model
+
+    from llmflow.engines import engine_class
+
+    config = Model.load(model_uri).flavors.get("python_function", {}).get("model_config") or {}
+    option = getattr(engine_class(config.get("engine", "llama_cpp")), "thread_option", None)
+    if option is None:
+        return mlflow.pyfunc.load_model(model_uri)
+    options = {**config.get("engine_options", {}), option: threads}
+    return mlflow.pyfunc.load_model(model_uri, model_config={"engine_options": options})
 
 
 def with_results(frame: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFrame:

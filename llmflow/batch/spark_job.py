@@ -34,13 +34,14 @@ def run_spark(
     params: Mapping[str, Any],
     *,
     partitions: int | None = None,
+    threads: int | None = None,
 ) -> DataFrame:
     """The plan: input columns (result-named ones replaced) then the result fields."""
     from pyspark.sql import functions as F
 
     count = partitions or spark.sparkContext.defaultParallelism * PARTITIONS_PER_CORE
     numbered = frame.withColumn(_ROW, F.monotonically_increasing_id()).repartitionByRange(count, _ROW)
-    answer = answer_udf(spark, model_uri, params=params)
+    answer = answer_udf(spark, model_uri, params=params, threads=threads)
     named = columns.as_model_input()
     scored = numbered.withColumn(_RESULT, answer(named.get("prompt"), messages=named.get("messages")))
     kept = [F.col(f"`{c}`") for c in frame.columns if c not in RESULT_FIELDS]
@@ -57,13 +58,14 @@ def run_spark_job(
     *,
     prompt_column: str | None = None,
     partitions: int | None = None,
+    threads: int | None = None,
     overwrite: bool = False,
 ) -> BatchSummary:
     """Read, answer, write; then count what was written (read back, not recomputed)."""
     frame = read_spark(spark, input_path)
     columns = input_columns(frame.columns, prompt_column)
     start = time.perf_counter()
-    plan = run_spark(spark, model_uri, frame, columns, params, partitions=partitions)
+    plan = run_spark(spark, model_uri, frame, columns, params, partitions=partitions, threads=threads)
     write_spark(plan, output_path, overwrite=overwrite)
     seconds = time.perf_counter() - start
     return _summary(read_spark(spark, output_path), seconds)

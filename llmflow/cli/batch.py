@@ -42,6 +42,10 @@ def batch(
     partitions: Annotated[
         int | None, typer.Option(min=1, help="Spark partitions (default: 4 per core)")
     ] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(min=1, help="engine threads (default: all cores; on Spark, cores // concurrent tasks)"),
+    ] = None,
     tracking_uri: Annotated[
         str | None, typer.Option(help="the MLflow tracking URI for runs:/ and models:/ URIs")
     ] = None,
@@ -59,10 +63,10 @@ def batch(
         model_params = parse_params(params or [])
         check_output(output, overwrite=overwrite)
         if spark is None:
-            summary = _run_local(model, input, output, prompt_column, model_params, Path(workdir))
+            summary = _run_local(model, input, output, prompt_column, model_params, threads, Path(workdir))
         else:
             summary = _run_spark(spark, model, input, output, prompt_column, model_params, partitions,
-                                 overwrite, Path(workdir))
+                                 threads, overwrite, Path(workdir))
     typer.secho(summary.line(), err=True, dim=True)
     typer.echo(output)
 
@@ -89,7 +93,7 @@ def parse_params(items: list[str]) -> dict[str, Any]:
 
 
 def _run_local(model: str, input: str, output: str, prompt_column: str | None, params: dict[str, Any],
-               workdir: Path) -> Any:
+               threads: int | None, workdir: Path) -> Any:
     from llmflow.batch.columns import input_columns
     from llmflow.batch.files import read_frame, write_frame
     from llmflow.batch.local import run_local
@@ -97,13 +101,14 @@ def _run_local(model: str, input: str, output: str, prompt_column: str | None, p
 
     frame = read_frame(input)
     columns = input_columns(list(frame.columns), prompt_column)
-    out, summary = run_local(model_uri(model, workdir), frame, columns, params)
+    out, summary = run_local(model_uri(model, workdir), frame, columns, params, threads=threads)
     write_frame(out, output)
     return summary
 
 
 def _run_spark(master: str, model: str, input: str, output: str, prompt_column: str | None,
-               params: dict[str, Any], partitions: int | None, overwrite: bool, workdir: Path) -> Any:
+               params: dict[str, Any], partitions: int | None, threads: int | None, overwrite: bool,
+               workdir: Path) -> Any:
     from llmflow.batch.models import model_uri
     from llmflow.batch.spark_job import run_spark_job
     from llmflow.spark.session import start_session
@@ -113,7 +118,7 @@ def _run_spark(master: str, model: str, input: str, output: str, prompt_column: 
     try:
         uri = model_uri(model, workdir, copy_weights=local_slots(master) is None)
         return run_spark_job(session, uri, input, output, params, prompt_column=prompt_column,
-                             partitions=partitions, overwrite=overwrite)
+                             partitions=partitions, threads=threads, overwrite=overwrite)
     finally:
         session.stop()
 

@@ -40,6 +40,15 @@ def log(
     by_reference: Annotated[
         bool, typer.Option(help="record the weights' local path instead of copying them (this machine only)")
     ] = False,
+    tracing: Annotated[
+        bool | None,
+        typer.Option(
+            "--tracing/--no-tracing",
+            help="the model records an MLflow trace of every call (or never); default: only when an "
+            "MLflow experiment is set where it runs",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Log a model to MLflow as a streamable pyfunc model. The last line of output is its URI."""
     import mlflow
@@ -54,6 +63,7 @@ def log(
             "default_params": parse_assignments(param, "--param"),
             "system_prompt": system_prompt,
             "by_reference": by_reference,
+            "tracing": tracing,
         }
         if chat_template is not None:
             options["chat_template"] = chat_template.read_text(encoding="utf-8")

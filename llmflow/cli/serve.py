@@ -61,6 +61,16 @@ def serve(
         list[str] | None,
         typer.Option(help="engine load option KEY=VALUE for a model file, e.g. n_threads=2 (repeatable)"),
     ] = None,
+    tracing: Annotated[
+        bool | None,
+        typer.Option(
+            "--tracing/--no-tracing",
+            help="record an MLflow trace of every generation (to MLFLOW_TRACKING_URI, the experiment "
+            "in MLFLOW_EXPERIMENT_NAME or MLFLOW_EXPERIMENT_ID); default: only when one of those "
+            "experiment variables is set",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
 ) -> None:
     """Serve MODEL over HTTP with token streaming: /v1/chat/completions, /v1/completions,
@@ -80,6 +90,7 @@ def serve(
             request_timeout_s=timeout,
             max_body_bytes=max_body_bytes,
             cors_origins=tuple(cors_origin or ()),
+            tracing=tracing,
         )
         served = load_served(
             model, name=model_name, engine=engine, engine_options=parse_engine_options(engine_option or [])

@@ -42,8 +42,19 @@ def load_engine(name: str, model_path: Path, options: dict[str, Any] | None = No
     return engine_class(name).load(model_path, **(options or {}))  # type: ignore[attr-defined]
 
 
-def guess_engine(model_path: Path) -> str:
-    """The engine for a model file or directory, from what it looks like."""
+#: the engine that batches concurrent generations, for engines that run one at a time
+_BATCHING: dict[str, str] = {"llama_cpp": "llama_cpp_batched"}
+
+
+def guess_engine(model_path: Path, *, concurrent: bool = False) -> str:
+    """The engine for a model file or directory, from what it looks like. `concurrent`: the
+    caller runs generations from several threads at once (a server), so prefer an engine that
+    batches them."""
+    name = _guess(model_path)
+    return _BATCHING.get(name, name) if concurrent else name
+
+
+def _guess(model_path: Path) -> str:
     if model_path.suffix == ".gguf":
         return "llama_cpp"
     if _is_exl2_dir(model_path):

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from llmflow.engines.llama_cpp import LlamaCppOptions, LlamaVocab, gguf_file, import_llama_cpp, usable_cores
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
@@ -46,6 +46,14 @@ class LlamaCppBatchedOptions(LlamaCppOptions):
         description="prompt tokens per step while other generations stream: smaller keeps their "
         "tokens flowing, larger gives a new request its first token sooner",
     )
+
+    @field_validator("prefill_chunk")
+    @classmethod
+    def _chunk_fits_a_batch(cls, value: int, info: ValidationInfo) -> int:
+        n_batch = info.data.get("n_batch")
+        if n_batch is not None and value > n_batch:
+            raise ValueError(f"must be at most n_batch ({n_batch})")
+        return value
 
 
 class LlamaCppBatchedEngine:
@@ -82,8 +90,8 @@ class LlamaCppBatchedEngine:
         llama_cpp = import_llama_cpp(cls.name)
         model = _load_model(llama_cpp, path, parsed)
         try:
-            backend = LlamaStepBackend.create(llama_cpp, model, parsed)
             vocab = LlamaVocab(model, model.metadata())
+            backend = LlamaStepBackend.create(llama_cpp, model, parsed)
         except BaseException:
             model.close()
             raise
@@ -189,8 +197,6 @@ class LlamaStepBackend:
         limit = llama_cpp.llama_max_parallel_sequences()
         if parallel > limit:
             raise InvalidParams.single("parallel", f"llama.cpp runs at most {limit} sequences")
-        if options.prefill_chunk > options.n_batch:
-            raise InvalidParams.single("prefill_chunk", f"must be at most n_batch ({options.n_batch})")
         if options.n_batch < parallel:
             raise InvalidParams.single(
                 "n_batch", f"must be at least parallel ({parallel}): each step decodes a token per sequence"

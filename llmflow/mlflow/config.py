@@ -44,6 +44,9 @@ class ModelSpec(BaseModel):
     weights_path: str | None = Field(
         None, description="reference mode: a local path recorded instead of a copied artifact"
     )
+    tracing: bool | None = Field(
+        None, description="record MLflow traces; None: only when an experiment is set (observability)"
+    )
 
     @field_validator("format_version")
     @classmethod

@@ -21,12 +21,14 @@ from llmflow.mlflow.signature import (
     RESULT_TEXT,
     STOP_SEQUENCES,
     SYSTEM_PROMPT,
+    TIMINGS,
+    TRACE,
 )
 from llmflow.params import PARAM_NAMES, SamplingParams
 from llmflow.prompts import parse_messages
 
 INPUT_FIELDS = ("prompt", "messages")
-_EXTRA_PARAMS = ("stop", STOP_SEQUENCES, SYSTEM_PROMPT, DETAILS, RESULT)
+_EXTRA_PARAMS = ("stop", STOP_SEQUENCES, SYSTEM_PROMPT, DETAILS, RESULT, TRACE, TIMINGS)
 _RESULTS = (RESULT_TEXT, RESULT_STRUCT)
 _HOW = "give a `prompt` string or a `messages` list of {role, content}"
 
@@ -39,6 +41,9 @@ class Options:
     system_prompt: str | None
     details: bool
     result: str = RESULT_TEXT
+    #: None: the model's tracing setting decides (see `llmflow.observability.policy`)
+    trace: bool | None = None
+    timings: bool = False
 
 
 def parse_rows(model_input: Any) -> list[PromptInput]:
@@ -124,6 +129,8 @@ def parse_options(params: Any, defaults: SamplingParams) -> Options:
         system_prompt=_optional_str(params.get(SYSTEM_PROMPT), SYSTEM_PROMPT),
         details=_flag(params.get(DETAILS), DETAILS),
         result=_choice(params.get(RESULT), RESULT, _RESULTS),
+        trace=_optional_flag(params.get(TRACE), TRACE),
+        timings=_flag(params.get(TIMINGS), TIMINGS),
     )
 
 
@@ -187,8 +194,10 @@ def _choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
 
 
 def _flag(value: Any, name: str) -> bool:
-    if value is None:
-        return False
-    if isinstance(value, bool):
+    return _optional_flag(value, name) or False
+
+
+def _optional_flag(value: Any, name: str) -> bool | None:
+    if value is None or isinstance(value, bool):
         return value
     raise InvalidParams.single(name, f"must be true or false, not {value!r}")

@@ -40,7 +40,7 @@ def log_model(
     `ModelInfo` (its `model_uri` loads with `mlflow.pyfunc.load_model`).
 
     `options` are those of `save_model`: engine, engine_options, chat_template, prompt_map,
-    pre_prompt, post_prompt, default_params, system_prompt, by_reference. The model is not loaded
+    pre_prompt, post_prompt, default_params, system_prompt, by_reference, tracing. The model is not loaded
     while logging (MLflow's serving-input check would load the weights and generate).
     """
     from mlflow.models import Model

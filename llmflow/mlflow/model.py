@@ -11,10 +11,16 @@ loop works unchanged:
 one `{"content", "finish_reason", "usage"}` dict per row (both serialise as JSON in MLflow's
 scoring server), or with `params={"result": "struct"}` one flat record per row where a bad row
 is an error record instead of a failed call (Spark's struct result: `struct_result.py`).
+
+Observability (`observe.py`): with `params={"timings": True}` the final stream chunk (and each
+detail dict of `predict`) carries a `timings` object (queue_ms, ttft_ms, e2e_ms, token counts,
+decode_tokens_per_s). MLflow traces are recorded when `params={"trace": True}`, when the model
+was logged with `tracing=True`, or, unless either says False, when an MLflow experiment is set.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,14 +29,17 @@ from typing import TYPE_CHECKING, Any
 from mlflow.exceptions import MlflowException
 from mlflow.pyfunc import PythonModel
 
-from llmflow.errors import LlmflowError, ModelNotFound
+from llmflow.errors import InvalidParams, LlmflowError, ModelNotFound
 from llmflow.llm import collect
 from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
 from llmflow.mlflow.errors import InvalidModelInput
 from llmflow.mlflow.executor import load_llm
-from llmflow.mlflow.inputs import parse_each_row, parse_options, parse_rows, parse_single
-from llmflow.mlflow.signature import RESULT_STRUCT
+from llmflow.mlflow.inputs import Options, parse_each_row, parse_options, parse_rows, parse_single
+from llmflow.mlflow.observe import STREAM_SPAN, observed_stream, predict_observed, start_trace
+from llmflow.mlflow.signature import RESULT_STRUCT, TIMINGS
 from llmflow.mlflow.struct_result import struct_answers
+from llmflow.observability import tracing_wanted
+from llmflow.timing import RequestTimings
 from llmflow.types import Chunk, Completion, FinishReason, Usage
 
 if TYPE_CHECKING:
@@ -47,21 +56,26 @@ class LlmflowPyfuncModel(PythonModel):
 
     def __init__(self) -> None:
         self.llm: LLM | None = None
+        #: the model's tracing setting (model_config `tracing`); None: the auto rule
+        self.tracing: bool | None = None
 
     @classmethod
-    def from_llm(cls, llm: LLM) -> LlmflowPyfuncModel:
+    def from_llm(cls, llm: LLM, tracing: bool | None = None) -> LlmflowPyfuncModel:
         """Wrap an LLM loaded in this process, without MLflow loading anything."""
         model = cls()
         model.llm = llm
+        model.tracing = tracing
         return model
 
     def load_context(self, context: Any) -> None:
         spec = ModelSpec.parse(context.model_config)
+        self.tracing = spec.tracing
         # inside a Spark task: the worker's already-loaded LLM, with threads that fit the task
         self.llm = load_llm(spec, weights_location(spec, context.artifacts or {}))
 
     def predict(self, context: Any, model_input, params: dict[str, Any] | None = None) -> list[Any]:
         """One answer per input row, generated one after the other."""
+        started = time.perf_counter()
         llm = self._loaded()
         with _as_mlflow_error():
             options = parse_options(params, llm.default_params)
@@ -74,21 +88,33 @@ class LlmflowPyfuncModel(PythonModel):
             requests = [
                 llm.prepare(row, options.sampling, system_prompt=options.system_prompt) for row in rows
             ]
-        completions = [collect(llm.stream_prepared(request)) for request in requests]
-        if options.details:
-            return [completion_to_dict(c) for c in completions]
-        return [c.text for c in completions]
+            if options.timings and not options.details:
+                raise InvalidParams.single(TIMINGS, "needs details=true in predict (answers are strings)")
+        trace = tracing_wanted(options.trace, self.tracing)
+        if trace or options.timings:
+            results = predict_observed(llm, rows, requests, options, trace=trace, started=started)
+        else:
+            results = [(collect(llm.stream_prepared(request)), None) for request in requests]
+        return [_answer(completion, timings, options) for completion, timings in results]
 
     def predict_stream(
         self, context: Any, model_input, params: dict[str, Any] | None = None
     ) -> Iterator[dict[str, Any]]:
         """Chunk dicts as tokens are generated. Bad input raises here, before the iterator."""
+        timings = RequestTimings()
         llm = self._loaded()
         with _as_mlflow_error():
             row = parse_single(model_input)
             options = parse_options(params, llm.default_params)
             request = llm.prepare(row, options.sampling, system_prompt=options.system_prompt)
-        return chunk_dicts(llm.stream_prepared(request))
+        timings.admit()  # in process there is no queue: queue_ms is the time taken to prepare
+        trace = None
+        if tracing_wanted(options.trace, self.tracing):
+            trace = start_trace(STREAM_SPAN, llm, row, options, timings.arrived)
+        elif not options.timings:  # neither: the plain stream, nothing on the token path
+            return chunk_dicts(llm.stream_prepared(request))
+        stream = observed_stream(llm, request, timings, trace)
+        return chunk_dicts(stream, timings if options.timings else None)
 
     def _loaded(self) -> LLM:
         if self.llm is None:
@@ -97,6 +123,15 @@ class LlmflowPyfuncModel(PythonModel):
                 "with LlmflowPyfuncModel.from_llm"
             )
         return self.llm
+
+
+def _answer(completion: Completion, timings: RequestTimings | None, options: Options) -> Any:
+    if not options.details:
+        return completion.text
+    answer = completion_to_dict(completion)
+    if options.timings and timings is not None:
+        answer["timings"] = timings.to_dict()
+    return answer
 
 
 def find_llm(model: Any) -> LLM | None:
@@ -127,11 +162,15 @@ def weights_location(spec: ModelSpec, artifacts: dict[str, str]) -> Path:
     return Path(artifacts[WEIGHTS_ARTIFACT])
 
 
-def chunk_dicts(chunks: Iterator[Chunk]) -> Iterator[dict[str, Any]]:
-    """The stream as dicts; closing this generator closes (and so cancels) the generation."""
+def chunk_dicts(chunks: Iterator[Chunk], timings: RequestTimings | None = None) -> Iterator[dict[str, Any]]:
+    """The stream as dicts, the final one with `timings` when given; closing this generator
+    closes (and so cancels) the generation."""
     try:
         for chunk in chunks:
-            yield chunk_to_dict(chunk)
+            if timings is not None and chunk.is_final:
+                yield {**chunk_to_dict(chunk), "timings": timings.to_dict()}
+            else:
+                yield chunk_to_dict(chunk)
     finally:
         close = getattr(chunks, "close", None)
         if close is not None:

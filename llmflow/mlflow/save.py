@@ -49,6 +49,7 @@ def model_source(
     default_params: Mapping[str, Any] | None = None,
     system_prompt: str | None = None,
     by_reference: bool = False,
+    tracing: bool | None = None,
 ) -> ModelSource:
     """Check everything that can be checked without loading the weights, and describe the model.
 
@@ -73,6 +74,7 @@ def model_source(
             "default_params": dict(default_params or {}),
             "system_prompt": system_prompt,
             "weights_path": str(weights) if by_reference else None,
+            "tracing": tracing,
         }
     )
     return ModelSource(spec, weights)
@@ -94,7 +96,8 @@ def save_model(
 
     `model` is a model file or directory (default: the embedded SmolLM2-135M-Instruct GGUF).
     `options` are those of `model_source`: engine, engine_options, chat_template, prompt_map,
-    pre_prompt, post_prompt, default_params, system_prompt, by_reference.
+    pre_prompt, post_prompt, default_params, system_prompt, by_reference, tracing (True: record an
+    MLflow trace of every call; False: never; None: only when an MLflow experiment is set).
     """
     source = model_source(model, **options)
     save_source(

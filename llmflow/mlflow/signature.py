@@ -26,6 +26,8 @@ DETAILS = "details"  # predict returns dicts with finish_reason and usage instea
 RESULT = "result"  # "struct": predict returns flat per-row dicts (Spark's struct result), see rows.py
 RESULT_TEXT = "text"
 RESULT_STRUCT = "struct"
+TRACE = "trace"  # record an MLflow trace of this call (None: the model's setting, see observability)
+TIMINGS = "timings"  # add a `timings` object: predict_stream's final chunk, predict's detail dicts
 
 INPUT_EXAMPLE: dict[str, Any] = {"prompt": "What is MLflow?"}
 
@@ -44,7 +46,7 @@ def input_schema() -> Schema:
 
 def param_schema(defaults: SamplingParams, system_prompt: str | None = None) -> ParamSchema:
     """Every sampling param with `defaults`' value, plus `stop_sequences`, `system_prompt`,
-    `details` and `result`."""
+    `details`, `result`, `trace` and `timings`."""
     specs = [
         ParamSpec(name, _scalar_type(name, field.annotation), getattr(defaults, name))
         for name, field in SamplingParams.model_fields.items()
@@ -56,6 +58,8 @@ def param_schema(defaults: SamplingParams, system_prompt: str | None = None) -> 
         ParamSpec(SYSTEM_PROMPT, DataType.string, system_prompt),
         ParamSpec(DETAILS, DataType.boolean, False),
         ParamSpec(RESULT, DataType.string, RESULT_TEXT),
+        ParamSpec(TRACE, DataType.boolean, None),
+        ParamSpec(TIMINGS, DataType.boolean, False),
     ]
     return ParamSchema(specs)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -55,9 +56,7 @@ def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:
 
 def _as_served(served: Any, settings: ServerSettings) -> ServedModel:
     if isinstance(served, ServedModel):
-        if settings.model_name and settings.model_name != served.name:
-            served.name = settings.model_name
-        return served
+        return dataclasses.replace(served, name=settings.model_name) if settings.model_name else served
     from llmflow.llm import LLM
 
     if isinstance(served, LLM):
@@ -90,10 +89,16 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
 
 
 def _openapi(app: FastAPI, state: ServerState) -> dict[str, Any]:
-    """FastAPI's document, plus the bearer-key requirement when the server has a key."""
+    """FastAPI's document, corrected to what the server does: 400 (not 422) for invalid bodies, and
+    the bearer-key requirement when the server has a key."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    for operations in schema["paths"].values():  # validation errors are answered 400, not FastAPI's 422
+        for operation in operations.values():
+            operation.get("responses", {}).pop("422", None)
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schema.get("components", {}).get("schemas", {}).pop(unused, None)
     if state.settings.api_key is not None:
         schema.setdefault("components", {})["securitySchemes"] = {
             "bearer": {"type": "http", "scheme": "bearer"}

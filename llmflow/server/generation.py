@@ -1,17 +1,21 @@
 """One admitted generation: a place in the admission queue, a worker thread, a deadline, and the
-request's timings, recorded in the metrics once both the worker and the response are done."""
+request's timings, recorded in the metrics (and its MLflow trace ended) once both the worker and
+the response are done."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from llmflow.errors import RequestTimeout
 from llmflow.server.state import ServerState
 from llmflow.server.timings import RequestTimings
 from llmflow.server.worker import ThreadedStream
 from llmflow.types import CancelToken
+
+if TYPE_CHECKING:
+    from llmflow.observability import RequestTrace
 
 T = TypeVar("T")
 
@@ -28,10 +32,12 @@ class Generation(Generic[T]):
         stream: ThreadedStream[T],
         timings: RequestTimings,
         summarize: Callable[[T | None], Summary],
+        trace: RequestTrace | None = None,
     ):
         self.state = state
         self.stream = stream
         self.timings = timings
+        self.trace = trace
         self._summarize = summarize
         self._open = 2  # the worker and the response
         self._closed = False
@@ -77,6 +83,8 @@ class Generation(Generic[T]):
         if self._open == 0:
             self.timings.finish("stop" if self.stream.exhausted else "cancelled")
             self.state.metrics.observe(self.timings)
+            if self.trace is not None:  # begun by the worker; ended with the numbers of the metrics
+                self.trace.end(self.timings, self.stream.failure)
 
 
 async def start_generation(
@@ -85,10 +93,12 @@ async def start_generation(
     timings: RequestTimings,
     summarize: Callable[[T | None], Summary],
     cancel: CancelToken | None = None,
+    trace: RequestTrace | None = None,
 ) -> Generation[T]:
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
     then start `make_iterator()` in a worker thread; `cancel` is what stops it early, when the
-    source takes one. The caller must `close()` the generation."""
+    source takes one. `trace`, begun by `make_iterator`'s stream, is ended when the generation
+    is over. The caller must `close()` the generation."""
     timeout_s = state.settings.request_timeout_s
     await state.admission.acquire(timeout_s - timings.elapsed_s())
     timings.admit()
@@ -97,6 +107,6 @@ async def start_generation(
     except BaseException:
         state.admission.release()
         raise
-    generation = Generation(state, stream, timings, summarize)
+    generation = Generation(state, stream, timings, summarize, trace)
     generation.set_deadline(timeout_s - timings.elapsed_s())
     return generation

@@ -4,6 +4,10 @@ streaming: with `"stream": true` the answer is `text/event-stream`, one `data: <
 
 Errors from the model keep MLflow's shape (`{"error_code", "message"}`) and status, as MLflow
 clients expect; the server's own refusals (key, limits, queue) use the OpenAI shape everywhere.
+
+With tracing on, each request is an MLflow trace (span `llmflow.invocations`); a model that traces
+itself (an llmflow model) nests its span in it. When an llmflow model was asked for `timings`, the
+final chunk's `timings` are the server's (queue included), the same numbers as /metrics.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -19,6 +23,7 @@ from fastapi.responses import Response
 from mlflow.exceptions import MlflowException
 
 from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
+from llmflow.observability import RequestTrace, tracing_wanted, watch_model_stream
 from llmflow.server import mlflow_scoring
 from llmflow.server.errors import error_body, error_response, llmflow_error_body
 from llmflow.server.generation import Generation, Summary, start_generation
@@ -26,6 +31,7 @@ from llmflow.server.schemas import SSE_DESCRIPTION, error_responses
 from llmflow.server.sse import DONE, StreamResponse, event
 from llmflow.server.state import ServerState, get_state
 from llmflow.server.timings import RequestTimings
+from llmflow.types import Usage
 
 logger = logging.getLogger(__name__)
 
@@ -114,10 +120,17 @@ def _pop_stream_flag(payload: dict[str, Any] | None) -> bool:
 async def _predict(
     state: ServerState, model: Any, data: Any, content_type: str, timings: RequestTimings
 ) -> Response:
-    def score() -> Any:
-        return iter((mlflow_scoring.predict(model, data, content_type),))
+    trace = _request_trace(state, data if isinstance(data, dict) else {"content_type": content_type})
 
-    generation = await start_generation(state, score, timings, _no_summary)
+    def score() -> Iterator[Any]:
+        answer = mlflow_scoring.predict(model, data, content_type)
+        if trace is not None:
+            trace.set_result(_parsed(answer.body), failed=answer.status >= 400)
+        return iter((answer,))
+
+    generation = await start_generation(
+        state, _traced(trace, score, timings), timings, _no_summary, trace=trace
+    )
     try:
         answer = await generation.stream.__anext__()
     except Exception as exc:
@@ -132,9 +145,9 @@ async def _predict(
 async def _stream(
     state: ServerState, model: Any, payload: dict[str, Any], timings: RequestTimings
 ) -> Response:
-    generation = await start_generation(
-        state, lambda: mlflow_scoring.predict_stream(model, payload), timings, _summarize_chunk
-    )
+    trace = _request_trace(state, {**payload, "stream": True})
+    make_iterator = _traced(trace, lambda: mlflow_scoring.predict_stream(model, payload), timings)
+    generation = await start_generation(state, make_iterator, timings, _summarize_chunk, trace=trace)
     try:
         first = await generation.stream.__anext__()  # the model checks its input here
     except StopAsyncIteration:
@@ -150,11 +163,9 @@ async def _events(generation: Generation[Any], first: Any) -> AsyncIterator[byte
     timings = generation.timings
     try:
         if first is not None:
-            _note_chunk(timings, first)
-            yield event(mlflow_scoring.chunk_json(first))
+            yield event(mlflow_scoring.chunk_json(_note_chunk(timings, first)))
             async for chunk in generation.stream:
-                _note_chunk(timings, chunk)
-                yield event(mlflow_scoring.chunk_json(chunk))
+                yield event(mlflow_scoring.chunk_json(_note_chunk(timings, chunk)))
     except Exception as exc:
         timings.outcome = timings.outcome or "error"
         yield event(json.dumps(_stream_error_body(exc), ensure_ascii=False))
@@ -163,9 +174,38 @@ async def _events(generation: Generation[Any], first: Any) -> AsyncIterator[byte
     yield DONE
 
 
-def _note_chunk(timings: RequestTimings, chunk: Any) -> None:
-    if not (isinstance(chunk, dict) and chunk.get("finish_reason")):  # llmflow's final chunk has no text
+def _note_chunk(timings: RequestTimings, chunk: Any) -> Any:
+    """Time a chunk as it goes out; llmflow's final chunk (no text) ends the request, and the
+    `timings` it carries when asked for are replaced by the server's."""
+    if not (isinstance(chunk, dict) and chunk.get("finish_reason")):
         timings.token()
+        return chunk
+    reason, prompt, completion = _summarize_chunk(chunk)
+    usage = None if prompt is None or completion is None else Usage(prompt, completion)
+    timings.finish(reason or "stop", usage)
+    return {**chunk, "timings": timings.to_dict()} if "timings" in chunk else chunk
+
+
+def _request_trace(state: ServerState, inputs: dict[str, Any]) -> RequestTrace | None:
+    if not tracing_wanted(state.settings.tracing):
+        return None
+    attributes = {"llmflow.engine": state.served.engine_name, "llmflow.model": state.served.name}
+    return RequestTrace("llmflow.invocations", inputs, attributes=attributes)
+
+
+def _traced(
+    trace: RequestTrace | None, make_iterator: Callable[[], Iterator[Any]], timings: RequestTimings
+) -> Callable[[], Iterator[Any]]:
+    if trace is None:
+        return make_iterator
+    return lambda: watch_model_stream(trace, make_iterator, timings.arrived)
+
+
+def _parsed(body: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body
 
 
 def _summarize_chunk(last: Any) -> Summary:

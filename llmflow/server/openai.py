@@ -2,13 +2,17 @@
 
 Input is validated and tokenized before the response starts, so bad input is a 4xx JSON answer,
 never a broken stream. Generation runs in a worker thread (see `generation`).
+
+llmflow extensions: `"timings": true` in a request adds a `timings` object (the numbers behind
+/metrics) to the answer, or to the last chunk of a stream; with tracing on, each generation is
+an MLflow trace whose span holds the request, the whole answer, usage and timings.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -24,6 +28,8 @@ from llmflow.errors import (
     UnsupportedEndpoint,
 )
 from llmflow.llm import LLM, PreparedRequest
+from llmflow.observability import RequestTrace, tracing_wanted, watch_chunks
+from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.server import openai_format
 from llmflow.server.errors import sse_error_event
@@ -195,20 +201,44 @@ async def _answer(
     chat: bool,
 ) -> Response:
     cancel = CancelToken()
-    generation = await start_generation(
-        state, lambda: llm.stream_prepared(prepared, cancel), timings, _summarize, cancel
-    )
+    trace = _request_trace(state, llm, body, chat=chat)
+
+    def make_iterator() -> Iterator[Chunk]:
+        chunks = llm.stream_prepared(prepared, cancel)
+        return chunks if trace is None else watch_chunks(trace, chunks, timings.arrived)
+
+    generation = await start_generation(state, make_iterator, timings, _summarize, cancel, trace)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         fmt = StreamFormat(chat=chat, model=state.served.name, include_usage=include_usage)
-        return StreamResponse(_events(generation, fmt), on_close=generation.close)
+        return StreamResponse(_events(generation, fmt, body.timings), on_close=generation.close)
     completion = await _collect(generation, request.receive)
     build = openai_format.chat_completion if chat else openai_format.text_completion
-    return JSONResponse(build(state.served.name, completion.text, completion.finish_reason, completion.usage))
+    answer = build(state.served.name, completion.text, completion.finish_reason, completion.usage)
+    if body.timings:
+        answer["timings"] = timings.to_dict()
+    return JSONResponse(answer)
 
 
-async def _events(generation: Generation[Chunk], fmt: StreamFormat) -> AsyncIterator[bytes]:
-    """role chunk (chat), text deltas, finish chunk, usage chunk (when asked), [DONE]."""
+def _request_trace(
+    state: ServerState, llm: LLM, body: ChatCompletionRequest | CompletionRequest, *, chat: bool
+) -> RequestTrace | None:
+    """The MLflow trace of this request when the server traces; its inputs are the request."""
+    if not tracing_wanted(state.settings.tracing):
+        return None
+    return RequestTrace(
+        "llmflow.chat_completions" if chat else "llmflow.completions",
+        body.model_dump(exclude_unset=True),
+        attributes={"llmflow.engine": llm.engine.name, "llmflow.model": state.served.name},
+        span_type=SPAN_TYPE_CHAT if chat else SPAN_TYPE_LLM,
+    )
+
+
+async def _events(
+    generation: Generation[Chunk], fmt: StreamFormat, with_timings: bool = False
+) -> AsyncIterator[bytes]:
+    """role chunk (chat), text deltas, finish chunk, usage chunk (when asked), [DONE]. With
+    timings, the last chunk before [DONE] carries them."""
     timings = generation.timings
     try:
         if fmt.chat:
@@ -218,9 +248,11 @@ async def _events(generation: Generation[Chunk], fmt: StreamFormat) -> AsyncIter
                 timings.token()
                 yield fmt.text(chunk.text)
                 continue
-            yield fmt.finish(chunk.finish_reason)
+            _finish(timings, chunk)
+            extra = {"timings": timings.to_dict()} if with_timings else None
+            yield fmt.finish(chunk.finish_reason, None if fmt.include_usage else extra)
             if fmt.include_usage and chunk.usage is not None:
-                yield fmt.usage(chunk.usage)
+                yield fmt.usage(chunk.usage, extra)
             break
     except Exception as exc:
         _log_stream_error(exc)
@@ -242,6 +274,7 @@ async def _collect(generation: Generation[Chunk], receive: Receive) -> Completio
                 generation.timings.token()
                 parts.append(chunk.text)
             elif chunk.finish_reason is not None and chunk.usage is not None:
+                _finish(generation.timings, chunk)
                 return Completion("".join(parts), chunk.finish_reason, chunk.usage)
         raise RuntimeError("the generation ended without a final chunk")
     except BaseException:
@@ -250,6 +283,11 @@ async def _collect(generation: Generation[Chunk], receive: Receive) -> Completio
     finally:
         watcher.cancel()
         generation.close()
+
+
+def _finish(timings: RequestTimings, final: Chunk) -> None:
+    """The final chunk reached the client: the end of the request for its timings and metrics."""
+    timings.finish(final.finish_reason.value if final.finish_reason else "stop", final.usage)
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:

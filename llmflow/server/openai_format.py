@@ -53,11 +53,13 @@ class StreamFormat:
     def role(self) -> bytes:
         return self._event(self._choice({"role": "assistant", "content": ""}, None))
 
-    def finish(self, reason: FinishReason | None) -> bytes:
-        return self._event(self._choice({} if self.chat else "", finish_reason_value(reason)))
+    def finish(self, reason: FinishReason | None, extra: dict[str, Any] | None = None) -> bytes:
+        """The chunk with the finish reason; `extra` keys (llmflow's `timings`) added at the top."""
+        body = self._choice({} if self.chat else "", finish_reason_value(reason))
+        return self._event({**body, **extra} if extra else body)
 
-    def usage(self, usage: Usage) -> bytes:
-        return self._event({**self._head, "choices": [], "usage": usage.to_dict()})
+    def usage(self, usage: Usage, extra: dict[str, Any] | None = None) -> bytes:
+        return self._event({**self._head, "choices": [], "usage": usage.to_dict(), **(extra or {})})
 
     def _choice(self, delta: Any, finish_reason: str | None) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0}

@@ -51,6 +51,11 @@ class _GenerationRequest(BaseModel):
     presence_penalty: float | None = Field(None, description="only 0 is supported")
     logprobs: bool | None = Field(None, description="not supported; false or absent")
     user: str | None = Field(None, description="accepted and ignored")
+    timings: bool = Field(
+        False,
+        description="llmflow extension: add a `timings` object (queue_ms, ttft_ms, e2e_ms, token counts, "
+        "decode_tokens_per_s) to the answer, or to the last chunk of a stream",
+    )
 
 
 class ChatCompletionRequest(_GenerationRequest):

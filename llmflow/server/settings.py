@@ -27,3 +27,6 @@ class ServerSettings(BaseModel):
     model_name: str | None = Field(None, description="the name clients use in 'model'; default: from MODEL")
     cors_origins: tuple[str, ...] = Field((), description="origins allowed by CORS; none: CORS off")
     retry_after_s: int = Field(1, ge=0, description="the Retry-After sent with 429 and 503")
+    tracing: bool | None = Field(
+        None, description="an MLflow trace per generation; None: only when an MLflow experiment is set"
+    )

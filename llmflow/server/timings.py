@@ -1,85 +1,10 @@
 """When things happened to one request: the numbers behind the server's latency histograms.
 
 Filled on the event loop as chunks are handed to the client, so they measure what a client sees
-(queue, thread handoff and all), not just the engine.
+(queue, thread handoff and all), not just the engine. The class lives in `llmflow.timing`, so that
+in-process streams (`predict_stream`) and traces measure the same way.
 """
 
-from __future__ import annotations
+from llmflow.timing import RequestTimings
 
-import time
-from dataclasses import dataclass, field
-from typing import Any
-
-
-@dataclass(slots=True)
-class RequestTimings:
-    """One request's clock readings (time.perf_counter) and token counts."""
-
-    arrived: float = field(default_factory=time.perf_counter)
-    admitted: float | None = None
-    first_token: float | None = None
-    last_token: float | None = None
-    finished: float | None = None
-    #: gaps between consecutive streamed text chunks, in seconds
-    inter_token: list[float] = field(default_factory=list)
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    #: stop, length, cancelled, timeout or error
-    outcome: str | None = None
-
-    def admit(self) -> None:
-        self.admitted = time.perf_counter()
-
-    def token(self) -> None:
-        """A text chunk went out. The per-token path: one clock read and one append."""
-        now = time.perf_counter()
-        last = self.last_token
-        if last is None:
-            self.first_token = now
-        else:
-            self.inter_token.append(now - last)
-        self.last_token = now
-
-    def finish(self, outcome: str) -> None:
-        if self.finished is None:
-            self.finished = time.perf_counter()
-            self.outcome = self.outcome or outcome
-
-    def elapsed_s(self) -> float:
-        return time.perf_counter() - self.arrived
-
-    @property
-    def queue_s(self) -> float | None:
-        return None if self.admitted is None else self.admitted - self.arrived
-
-    @property
-    def ttft_s(self) -> float | None:
-        return None if self.first_token is None else self.first_token - self.arrived
-
-    @property
-    def e2e_s(self) -> float | None:
-        return None if self.finished is None else self.finished - self.arrived
-
-    @property
-    def decode_tokens_per_s(self) -> float | None:
-        """Tokens after the first over the time after the first, as `llmflow.timing` counts them."""
-        if self.first_token is None or self.last_token is None or not self.completion_tokens:
-            return None
-        elapsed = self.last_token - self.first_token
-        return (self.completion_tokens - 1) / elapsed if elapsed > 0 and self.completion_tokens > 1 else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Milliseconds, for a response's `timings` object and logs."""
-
-        def ms(value: float | None) -> float | None:
-            return None if value is None else round(value * 1000, 3)
-
-        rate = self.decode_tokens_per_s
-        return {
-            "queue_ms": ms(self.queue_s),
-            "ttft_ms": ms(self.ttft_s),
-            "e2e_ms": ms(self.e2e_s),
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "decode_tokens_per_s": None if rate is None else round(rate, 2),
-        }
+__all__ = ["RequestTimings"]

@@ -37,6 +37,10 @@ def _real_llama_cpp():
     return LLM.load().engine
 
 
+def _real_llama_cpp_batched():
+    return LLM.load(engine="llama_cpp_batched", engine_options={"n_ctx": 1024, "parallel": 4}).engine
+
+
 def _real_exllamav2():
     """A random-weight Llama with the SmolLM2 tokenizer on CUDA: gibberish text, real engine."""
     from llmflow.engines.exllamav2 import unavailable_reason
@@ -64,6 +68,7 @@ def _real_transformers():
 ENGINE_FACTORIES = {
     "scripted": ScriptedEngine,
     "llama_cpp": _real_llama_cpp,
+    "llama_cpp_batched": _real_llama_cpp_batched,
     "exllamav2": _real_exllamav2,
     "transformers": _real_transformers,
 }

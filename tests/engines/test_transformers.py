@@ -65,7 +65,6 @@ def test_bad_options_are_named(tiny_dir):
         )
 
 
-@pytest.mark.skipif(sys.platform == "darwin", reason="CUDA check")
 def test_cuda_without_a_gpu_is_a_clear_error(tiny_dir):
     import torch
 

@@ -49,7 +49,7 @@ def find_chromium() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     chromium = find_chromium()
     if chromium is None:
@@ -70,9 +70,9 @@ def served(embedded_llm) -> ServedModel:
     return ServedModel.from_llm(embedded_llm)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server(served) -> Iterator[BackgroundServer]:
-    """One server with default settings (no API key) for the whole session."""
+    """One server with default settings (no API key) for these tests."""
     with running(served) as background:
         yield background
 

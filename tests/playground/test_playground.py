@@ -185,7 +185,7 @@ def test_the_page_asks_for_the_api_key_and_keeps_it_in_the_tab(open_page, start_
             wait_until_idle(client)
 
 
-def test_a_prompt_longer_than_the_context_is_a_clear_error(open_page):
+def test_a_prompt_longer_than_the_context_is_a_clear_error(open_page, screenshot):
     page, log = open_page()
     wait_ready(page)
     page.fill("#max-tokens", SHORT)
@@ -199,6 +199,7 @@ def test_a_prompt_longer_than_the_context_is_a_clear_error(open_page):
     expect(error).to_contain_text("Too long for the model's context window")
     expect(page.locator(".turn.user").last).to_have_class("turn user failed")
     expect(page.locator("#prompt")).to_have_value(long_prompt)  # given back to shorten
+    screenshot(page, "playground-context-error")
 
     send(page, "Hi")  # the failed exchange is not part of the conversation
     assert log.chat_requests()[-1]["messages"] == [{"role": "user", "content": "Hi"}]

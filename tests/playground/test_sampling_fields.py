@@ -6,7 +6,7 @@ import httpx
 
 
 def _answer(http: httpx.Client, model: str, **params) -> str:
-    body = {"model": model, "messages": [{"role": "user", "content": "Write a poem."}], "max_tokens": 12}
+    body = {"model": model, "messages": [{"role": "user", "content": "Write a poem."}], "max_tokens": 8}
     response = http.post("/v1/chat/completions", json={**body, **params})
     assert response.status_code == 200, response.text
     return response.json()["choices"][0]["message"]["content"]

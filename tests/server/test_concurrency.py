@@ -15,26 +15,32 @@ from tests.server.conftest import TIMEOUT_S, metric, wait_until_idle
 COUNTING = {"prompt": "1, 2, 3, 4, 5,", "temperature": 0}
 
 
-def _open_stream(client: httpx.Client, model_name: str, max_tokens: int = 400) -> tuple[httpx.Response, int]:
-    """Start a long streaming completion and read its first text chunks; return the open response
-    and how many text chunks were read."""
-    body = {"model": model_name, **COUNTING, "max_tokens": max_tokens, "stream": True}
-    response = client.send(client.build_request("POST", "/v1/completions", json=body), stream=True)
-    assert response.status_code == 200
-    read = 0
-    for line in response.iter_lines():
-        if line.startswith("data: {"):
-            read += 1
-            if read == 3:
-                break
-    return response, read
+class OpenStream:
+    """A long streaming completion, read up to its third text chunk and left open."""
+
+    def __init__(self, client: httpx.Client, model_name: str, max_tokens: int = 400):
+        body = {"model": model_name, **COUNTING, "max_tokens": max_tokens, "stream": True}
+        self.response = client.send(client.build_request("POST", "/v1/completions", json=body), stream=True)
+        assert self.response.status_code == 200
+        self._lines = self.response.iter_lines()  # kept: dropping it mid-way would close the connection
+        self.read = 0
+        for line in self._lines:
+            if line.startswith("data: {"):
+                self.read += 1
+                if self.read == 3:
+                    break
+
+    def close(self) -> None:
+        """The client goes away: the connection closes mid-stream."""
+        self.response.close()
 
 
 def test_a_client_that_disconnects_cancels_its_generation(http, model_name):
     before = wait_until_idle(http)
     with httpx.Client(base_url=str(http.base_url), timeout=TIMEOUT_S) as client:
-        response, read = _open_stream(client, model_name)
-        response.close()  # the client goes away mid-stream
+        stream = OpenStream(client, model_name)
+        stream.close()
+        read = stream.read
 
     after = wait_until_idle(http)  # the place is free again
     cancelled = metric(after, "llmflow_requests_finished_total", outcome="cancelled")
@@ -69,7 +75,7 @@ def test_a_non_streaming_client_that_disconnects_cancels_too(http, model_name):
 
 def test_full_queue_is_429_with_retry_after_then_the_server_recovers(start_server, model_name):
     with start_server(max_queue=1) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http:
-        running, _ = _open_stream(http, model_name)  # takes the only place
+        running = OpenStream(http, model_name)  # takes the only place
         waiting_result: dict = {}
 
         def wait_in_queue() -> None:

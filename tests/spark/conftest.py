@@ -73,9 +73,11 @@ def spark_model(tmp_path_factory: pytest.TempPathFactory) -> LoggedModel:
 
 @pytest.fixture(scope="session")
 def in_process(spark_model: LoggedModel) -> Iterator:
-    """The same logged model loaded in this process, the reference for Spark's answers."""
+    """The same logged model loaded in this process, the reference for Spark's answers. One
+    thread, like each of local[2]'s tasks on 2 cores: on a busy machine llama.cpp on every core
+    can be slower by an order of magnitude."""
     with using(spark_model.store):
-        model = mlflow.pyfunc.load_model(spark_model.uri)
+        model = mlflow.pyfunc.load_model(spark_model.uri, model_config={"engine_options": {"n_threads": 1}})
     yield model
     llm = llmflow.mlflow.find_llm(model)
     if llm is not None:

@@ -19,6 +19,7 @@ from llmflow.model_files import default_model_path
 from tests.spark.conftest import MASTER, SPARK_ENV, require_spark
 
 PARAMS = ["--params", "temperature=0", "-p", "max_tokens=8"]
+ONE_THREAD = ["--threads", "1"]  # in-process on a busy machine: see conftest.in_process
 RESULTS = ["answer", "finish_reason", "prompt_tokens", "completion_tokens", "error"]
 ROWS = [
     {"id": 0, "prompt": "Hello!"},
@@ -40,7 +41,8 @@ def prompts(tmp_path_factory) -> Path:
 def local_answers(prompts: Path) -> pd.DataFrame:
     """`llmflow batch GGUF prompts.jsonl answers.csv`, in this process."""
     out = prompts.with_name("answers.csv")
-    result = CliRunner().invoke(app, ["batch", str(default_model_path()), str(prompts), str(out), *PARAMS])
+    command = ["batch", str(default_model_path()), str(prompts), str(out), *PARAMS, *ONE_THREAD]
+    result = CliRunner().invoke(app, command)
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().splitlines()[-1] == str(out)
     return pd.read_csv(out, keep_default_na=False)
@@ -84,7 +86,7 @@ def test_csv_in_jsonl_out(tmp_path):
     out = tmp_path / "out.jsonl"
     result = CliRunner().invoke(
         app, ["batch", str(default_model_path()), str(source), str(out), "--prompt-column", "question",
-              "-p", "max_tokens=2"]
+              "-p", "max_tokens=2", *ONE_THREAD]
     )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]

@@ -12,7 +12,7 @@ import pytest
 
 from llmflow.engines.llama_cpp import usable_cores
 from llmflow.mlflow.executor import LOAD_LOG_ENV
-from llmflow.spark import FINISH_ERROR, RESULT_FIELDS, answer_udf, threads_per_task
+from llmflow.spark import FINISH_ERROR, RESULT_FIELDS, SPARK_RESULT_TYPE, answer_udf, threads_per_task
 from llmflow.spark.udf import local_slots
 from tests.mlflow.store import using
 
@@ -83,15 +83,24 @@ def test_struct_results_equal_in_process_predict(spark, spark_model, in_process)
         assert (bad["answer"], bad["prompt_tokens"], bad["completion_tokens"]) == ("", 0, 0)
 
 
-def test_plain_spark_udf_returns_answer_text(spark, spark_model, in_process):
-    """MLflow's own `spark_udf`, nothing from llmflow on the driver: the signature's string output."""
+def test_plain_spark_udf_as_in_the_readme(spark, spark_model, in_process):
+    """MLflow's own `spark_udf`, nothing from llmflow on the driver but the result type: the
+    signature's string output, and the struct result."""
     from pyspark.sql import functions as F
 
+    params = {"max_tokens": 6}
     with using(spark_model.store):
-        udf = mlflow.pyfunc.spark_udf(spark, spark_model.uri, params={"max_tokens": 6})
-    frame = spark.createDataFrame([(p,) for p in PROMPTS[:4]], ["prompt"])
-    got = [r["answer"] for r in frame.coalesce(1).select(udf(F.struct("prompt")).alias("answer")).collect()]
-    assert got == in_process.predict(pd.DataFrame({"prompt": PROMPTS[:4]}), params={"max_tokens": 6})
+        text = mlflow.pyfunc.spark_udf(spark, spark_model.uri, params=params)
+        struct = mlflow.pyfunc.spark_udf(
+            spark, spark_model.uri, result_type=SPARK_RESULT_TYPE, env_manager="local",
+            params={**params, "result": "struct"},
+        )
+    frame = spark.createDataFrame([(p,) for p in PROMPTS[:4]], ["prompt"]).coalesce(1)
+    scored = frame.withColumn("text", text(F.struct("prompt"))).withColumn("r", struct(F.struct("prompt")))
+    rows = scored.select("*", "r.*").drop("r").collect()
+    expected = in_process.predict(pd.DataFrame({"prompt": PROMPTS[:4]}), params=params)
+    assert [r["text"] for r in rows] == [r["answer"] for r in rows] == expected
+    assert all(r["completion_tokens"] <= 6 and r["error"] == "" for r in rows)
 
 
 def test_the_engine_loads_once_per_python_worker(spark, spark_model, tmp_path):

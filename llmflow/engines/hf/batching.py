@@ -50,20 +50,22 @@ class BatchingSetup:
     max_batch_tokens: int
     max_memory_percent: float | None = None
     seed: int | None = None
+    page_size: int = 32  # tokens per cache block
     #: per-request temperature/top_k/top_p; False decodes every request greedily (no vocabulary
     #: sorts per step)
     sampling: bool = True
 
-    def cache_blocks(self, page_size: int = 256) -> int:
+    def cache_blocks(self) -> int:
         """Blocks for `max_concurrency` full-length sequences. transformers otherwise sizes the paged
         cache from free memory (90% of a GPU, 60% of RAM on a CPU), and its attention masks with it."""
-        return self.max_concurrency * (-(-self.max_sequence // page_size) + 1)
+        return self.max_concurrency * (-(-self.max_sequence // self.page_size) + 1)
 
     def transformers_config(self) -> Any:
         from transformers import ContinuousBatchingConfig
 
         return ContinuousBatchingConfig(
             per_request_processors=self.sampling,
+            page_size=self.page_size,
             max_requests_per_batch=self.max_concurrency,
             max_batch_tokens=self.max_batch_tokens,
             num_blocks=None if self.max_memory_percent else self.cache_blocks(),

@@ -195,6 +195,7 @@ class TransformersEngine:
             max_memory_percent=options.max_memory_percent,
             seed=options.seed,
             sampling=options.batch_sampling,
+            page_size=options.batch_page_size,
         )
 
 

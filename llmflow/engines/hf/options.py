@@ -58,6 +58,11 @@ class TransformersOptions(BaseModel):
         description="size the continuous-batching KV cache from this share of free memory "
         "(default: room for max_concurrency sequences of n_ctx tokens)",
     )
+    batch_page_size: int = Field(
+        32,
+        ge=8,
+        description="tokens per continuous-batching cache block (smaller: less padding to attend over)",
+    )
     max_batch_tokens: int | None = Field(
         None, ge=16, description="tokens per continuous-batching step (default: 8192 on CUDA, 512 on the CPU)"
     )

@@ -101,23 +101,23 @@ export function explain(error) {
     case 400:
       if (error.code === "context_length_exceeded") {
         return {
-          title: "Too long for the model's context window",
+          title: "Too long for the model's context window (HTTP 400)",
           detail: `${detail} Start a new chat or shorten the message.`,
         };
       }
-      return { title: error.param ? `Invalid ${error.param}` : "Invalid request", detail };
+      return { title: `Invalid ${error.param || "request"} (HTTP 400)`, detail };
     case 401:
-      return { title: "API key needed", detail };
+      return { title: "API key needed (HTTP 401)", detail };
     case 404:
-      return { title: "Not available", detail };
+      return { title: "Not available (HTTP 404)", detail };
     case 413:
-      return { title: "Request too large", detail };
+      return { title: "Request too large (HTTP 413)", detail };
     case 429:
-      return { title: "The server is busy", detail: `${detail}${retry}` };
+      return { title: "The server is busy (HTTP 429)", detail: `${detail}${retry}` };
     case 503:
-      return { title: "The server is overloaded", detail: `${detail}${retry}` };
+      return { title: "The server is overloaded (HTTP 503)", detail: `${detail}${retry}` };
     case 504:
-      return { title: "Timed out", detail };
+      return { title: "Timed out (HTTP 504)", detail };
     default:
       return { title: `Server error (HTTP ${error.status})`, detail };
   }

@@ -107,8 +107,8 @@ function showError(turn, error) {
   box.dataset.code = error.code ?? "";
   const strong = document.createElement("strong");
   strong.textContent = title;
-  box.append(strong, ` ${detail}`);
-  turn.el.append(box);
+  box.append(strong, detail);
+  turn.el.querySelector(".stats").before(box);
   transcript.scrollTop = transcript.scrollHeight;
 }
 
@@ -154,9 +154,10 @@ function renderStats(turn, clock, usage, finish) {
   const parts = [];
   if (clock.ttftMs !== null) parts.push(`TTFT ${Math.round(clock.ttftMs)} ms`);
   if (rate !== null) parts.push(`${usage ? "" : "≈"}${rate.toFixed(1)} tok/s`);
-  parts.push(usage ? `${tokens} tokens` : `${clock.chunks} chunks`);
-  if (usage) parts.push(`prompt ${usage.prompt_tokens}`);
-  if (finish) parts.push(FINISH_LABELS[finish] || finish);
+  if (usage) parts.push(`${tokens} tokens`, `prompt ${usage.prompt_tokens}`);
+  else if (clock.chunks) parts.push(`${clock.chunks} chunks`);
+  if (finish === "stopped" && !clock.chunks) parts.push("stopped before the first token");
+  else if (finish) parts.push(FINISH_LABELS[finish] || finish);
   el.textContent = parts.join(" · ");
   Object.assign(el.dataset, {
     ttftMs: clock.ttftMs === null ? "" : clock.ttftMs.toFixed(1),
@@ -177,7 +178,7 @@ function setStreaming(controller) {
 async function send() {
   const prompt = $("prompt");
   const text = prompt.value;
-  if (state.controller || !text.trim()) return;
+  if (state.controller || !state.canChat || !text.trim()) return;
   if (!state.model && !(await loadInfo())) return;
   prompt.value = "";
   const user = addTurn("user", text);

@@ -1,0 +1,239 @@
+"""One stream over HTTP against the same stream in process: what `llmflow serve` costs per token.
+
+Four ways to stream the same greedy answer from the same GGUF with the same thread count:
+
+- `in_process`: `LLM.stream` in this process (no server);
+- `in_process_pyfunc`: `predict_stream` of the same LLM as an MLflow pyfunc model, in this process;
+- `llmflow_http`: `llmflow serve` in a subprocess, read with the official `openai` client;
+- `llama_cpp_server`: `python -m llama_cpp.server` in a subprocess (the `compare` extra), same client.
+
+Runs alternate between the ways (the starting one rotates each round), after one warm-up run each;
+every run repeats the same prompt, so each server reuses its cached prompt prefix as it would for a
+chat. Time to first token is from the call to the first text; decode speed counts the text chunks
+after the first over the time after the first (one chunk per token for this English answer; the
+chunk counts are in the results). Reports medians and the ratios against the issue's targets.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_http.py --threads 2 --runs 15 --max-tokens 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from openai import OpenAI
+
+from llmflow import LLM
+from llmflow.engines.llama_cpp import usable_cores
+from llmflow.model_files import resolve_model_path
+from llmflow.server.served import pyfunc_for_llm
+
+PROMPT = "Write a long story about a lighthouse keeper and a storm."
+N_CTX = 4096
+MODEL_NAME = "bench"
+
+
+@dataclass(frozen=True)
+class Sample:
+    ttft_ms: float
+    decode_tok_s: float | None
+    chunks: int
+    e2e_ms: float
+
+
+def timed(texts: Iterable[str]) -> Sample:
+    """Time a stream of text pieces (the clock starts when `texts` is created by the caller)."""
+    start = time.perf_counter()
+    first = last = None
+    chunks = 0
+    for text in texts:
+        if not text:
+            continue
+        last = time.perf_counter()
+        first = first or last
+        chunks += 1
+    end = time.perf_counter()
+    if first is None or last is None:
+        raise RuntimeError("the stream produced no text")
+    rate = (chunks - 1) / (last - first) if chunks > 1 and last > first else None
+    return Sample((first - start) * 1000, rate, chunks, (end - start) * 1000)
+
+
+# -- the four ways -------------------------------------------------------------------------------
+def in_process(llm: LLM, max_tokens: int) -> Callable[[], Sample]:
+    params = {"temperature": 0.0, "max_tokens": max_tokens}
+    return lambda: timed(chunk.text for chunk in llm.stream(PROMPT, params))
+
+
+def in_process_pyfunc(llm: LLM, max_tokens: int) -> Callable[[], Sample]:
+    pyfunc = pyfunc_for_llm(llm)
+    assert pyfunc is not None, "llmflow.mlflow is needed for the pyfunc form"
+    params = {"temperature": 0.0, "max_tokens": max_tokens}
+    return lambda: timed(c["content"] for c in pyfunc.predict_stream({"prompt": PROMPT}, params=params))
+
+
+def over_http(base_url: str, model: str, max_tokens: int) -> Callable[[], Sample]:
+    client = OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=600)
+    messages = [{"role": "user", "content": PROMPT}]
+
+    def run() -> Sample:
+        stream = client.chat.completions.create(
+            model=model, messages=messages, max_tokens=max_tokens, temperature=0.0, stream=True
+        )
+        return timed(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    return run
+
+
+# -- servers --------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(name: str, model: Path, threads: int, port: int) -> list[str]:
+    if name == "llmflow_http":
+        return [
+            sys.executable, "-m", "llmflow", "serve", str(model), "--port", str(port),
+            "--model-name", MODEL_NAME, "--engine-option", f"n_threads={threads}",
+            "--engine-option", f"n_ctx={N_CTX}", "--log-level", "warning",
+        ]  # fmt: skip
+    return [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", MODEL_NAME,
+        "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),
+        "--n_threads_batch", str(threads), "--n_ctx", str(N_CTX), "--verbose", "False",
+    ]  # fmt: skip
+
+
+@contextmanager
+def started(name: str, command: list[str], port: int, logs: Path) -> Iterator[str]:
+    """Run a server until the block ends; yield its OpenAI base URL once it answers."""
+    log = logs / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if process.poll() is not None:
+                raise SystemExit(f"{name} exited with {process.returncode}:\n{log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2, trust_env=False).is_success:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name} did not start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+# -- running and reporting ------------------------------------------------------------------------
+def alternate(ways: dict[str, Callable[[], Sample]], runs: int) -> dict[str, list[Sample]]:
+    names = list(ways)
+    for name in names:  # warm-up: first load of pages, first prompt into each cache
+        ways[name]()
+    samples: dict[str, list[Sample]] = {name: [] for name in names}
+    for round_ in range(runs):
+        order = names[round_ % len(names) :] + names[: round_ % len(names)]
+        for name in order:
+            samples[name].append(ways[name]())
+        line = "  ".join(f"{n} {samples[n][-1].decode_tok_s or 0:6.1f} tok/s" for n in names)
+        print(f"round {round_ + 1}/{runs}: {line}", flush=True)
+    return samples
+
+
+def medians(samples: list[Sample]) -> dict[str, float | None]:
+    rates = [s.decode_tok_s for s in samples if s.decode_tok_s is not None]
+    return {
+        "ttft_ms": round(statistics.median(s.ttft_ms for s in samples), 2),
+        "decode_tok_s": round(statistics.median(rates), 2) if rates else None,
+        "e2e_ms": round(statistics.median(s.e2e_ms for s in samples), 1),
+        "chunks": statistics.median(s.chunks for s in samples),
+    }
+
+
+def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    def rate(name: str) -> float | None:
+        return summary.get(name, {}).get("decode_tok_s")
+
+    def ratio(a: str, b: str) -> float | None:
+        x, y = rate(a), rate(b)
+        return round(x / y, 3) if x and y else None
+
+    http, local = summary.get("llmflow_http"), summary.get("in_process")
+    return {
+        "http_over_in_process_tok_s": ratio("llmflow_http", "in_process"),  # target >= 0.97
+        "http_over_in_process_pyfunc_tok_s": ratio("llmflow_http", "in_process_pyfunc"),
+        "ttft_overhead_ms": round(http["ttft_ms"] - local["ttft_ms"], 2) if http and local else None,  # <= 10
+        "llmflow_over_llama_cpp_server_tok_s": ratio("llmflow_http", "llama_cpp_server"),  # target >= 1.0
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None, help="GGUF file; default: the embedded model")
+    parser.add_argument("--threads", type=int, default=usable_cores())
+    parser.add_argument("--runs", type=int, default=15, help="measured runs per way")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--no-llama-cpp-server", action="store_true", help="skip llama-cpp-python's server")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/http.json"))
+    args = parser.parse_args()
+
+    model = resolve_model_path(args.model)
+    llm = LLM.load(model, engine_options={"n_threads": args.threads, "n_ctx": N_CTX})
+    ways: dict[str, Callable[[], Sample]] = {
+        "in_process": in_process(llm, args.max_tokens),
+        "in_process_pyfunc": in_process_pyfunc(llm, args.max_tokens),
+    }
+    servers = ["llmflow_http"] + ([] if args.no_llama_cpp_server else ["llama_cpp_server"])
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as logs:
+        for name in servers:
+            port = free_port()
+            url = stack.enter_context(
+                started(name, server_command(name, model, args.threads, port), port, Path(logs))
+            )
+            ways[name] = over_http(url, MODEL_NAME, args.max_tokens)
+        samples = alternate(ways, args.runs)
+
+    summary = {name: medians(values) for name, values in samples.items()}
+    document = {
+        "benchmark": "bench_http",
+        "settings": {"model": model.name, "threads": args.threads, "runs": args.runs,
+                     "max_tokens": args.max_tokens, "n_ctx": N_CTX, "prompt": PROMPT},
+        "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                    "cores": usable_cores()},
+        "medians": summary,
+        "ratios": ratios(summary),
+        "samples": {name: [asdict(s) for s in values] for name, values in samples.items()},
+    }  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document, indent=2) + "\n")
+    print("\n| way | TTFT ms | decode tok/s | chunks |\n| --- | --- | --- | --- |")
+    for name, row in summary.items():
+        print(f"| {name} | {row['ttft_ms']} | {row['decode_tok_s']} | {row['chunks']} |")
+    print(json.dumps(document["ratios"], indent=2))
+    print(f"results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,413 @@
+"""The batch scheduler without a model: a simulated backend whose next token depends on every
+token of its sequence, so any mix-up in the KV-cache bookkeeping (positions, moves, reused
+prefixes) changes the output and fails the comparison with a request run alone."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+
+from llmflow.engines.scheduler import BatchEntry, BatchScheduler, Request, plan_step
+from llmflow.errors import EngineFailed
+from llmflow.params import SamplingParams
+from llmflow.types import CancelToken
+
+EOS = 0
+VOCAB = 1000
+CHUNK = 8
+
+
+def next_token(tokens: list[int], seed: int) -> int:
+    value = seed
+    for position, token in enumerate(tokens):
+        value = (value * 31 + token * (position + 7)) % 1_000_003
+    return value % VOCAB
+
+
+class SimBackend:
+    """Keeps each sequence's tokens as its 'KV cache' and checks every entry continues it."""
+
+    def __init__(self, parallel: int, delay_s: float = 0.0):
+        self.kv: list[list[int]] = [[] for _ in range(parallel)]
+        self.samplers: set[int] = set()
+        self.decode_calls: list[list[int]] = []
+        self.delay_s = delay_s
+        self.fail_seq: int | None = None
+        self.crash = False
+        self.on_decode = lambda entries: None
+        self._ids = itertools.count()
+
+    def decode(self, entries):
+        if self.crash:
+            raise RuntimeError("backend crashed")
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        self.on_decode(entries)
+        self.decode_calls.append([e.seq for e in entries])
+        if self.fail_seq is not None and any(e.seq == self.fail_seq for e in entries):
+            raise EngineFailed("simulated failure")
+        out = []
+        for e in entries:
+            assert e.start == len(self.kv[e.seq]), "an entry must continue its sequence"
+            self.kv[e.seq].extend(e.tokens)
+            if e.sample:
+                out.append(next_token(self.kv[e.seq], e.sampler[1]))
+        return out
+
+    def new_sampler(self, params):
+        sampler = (next(self._ids), params.seed or 0)
+        self.samplers.add(sampler[0])
+        return sampler
+
+    def free_sampler(self, sampler):
+        self.samplers.remove(sampler[0])
+
+    def copy(self, src, dst):
+        self.kv[dst] = list(self.kv[src])
+
+    def truncate(self, seq, keep):
+        del self.kv[seq][keep:]
+        return keep
+
+
+def alone(prompt: list[int], max_tokens: int, seed: int = 0, n_ctx: int = 256) -> list[int]:
+    tokens, out = list(prompt), []
+    while len(out) < min(max_tokens, n_ctx - len(prompt)):
+        token = next_token(tokens, seed)
+        out.append(token)
+        tokens.append(token)
+        if token == EOS:
+            break
+    return out
+
+
+def make(parallel=4, delay_s=0.0, n_batch=64):
+    backend = SimBackend(parallel, delay_s)
+    scheduler = BatchScheduler(
+        backend, parallel=parallel, n_ctx=256, n_batch=n_batch, prefill_chunk=CHUNK, eos_token_ids={EOS}
+    )
+    return backend, scheduler
+
+
+@pytest.fixture
+def sim():
+    backend, scheduler = make()
+    yield backend, scheduler
+    scheduler.close()
+
+
+def params(max_tokens=16, seed=0):
+    return SamplingParams(max_tokens=max_tokens, seed=seed, temperature=0.5)
+
+
+def prompt(i: int, length: int = 13) -> list[int]:
+    return [(i * 17 + k * 5) % (VOCAB - 1) + 1 for k in range(length)]
+
+
+def settle(scheduler, timeout=10.0):
+    """Wait until every sequence is free (a closed stream is released at the next step)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stats = scheduler.stats()
+        if stats.free_sequences == stats.parallel and stats.waiting == 0:
+            return stats
+        time.sleep(0.005)
+    raise AssertionError(f"sequences still held: {scheduler.stats()}")
+
+
+def run_threads(fn, n):
+    results: dict[int, object] = {}
+
+    def worker(i):
+        results[i] = fn(i)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return results
+
+
+# -- planning --
+
+
+def _request(seq, tokens, fed, prompt_len=None):
+    r = Request(tokens, SamplingParams(), CancelToken(), limit=100)
+    r.seq, r.fed = seq, fed
+    if prompt_len is not None:
+        r.prompt_len = prompt_len
+    return r
+
+
+def test_prompt_chunks_are_aligned_whatever_runs_beside():
+    alone_plan = plan_step([_request(0, list(range(1, 21)), 0)], n_batch=64, chunk=8)
+    assert [(e.start, len(e.tokens), e.sample) for _, e in alone_plan.prefill] == [
+        (0, 8, False),
+        (8, 8, False),
+        (16, 4, True),
+    ]
+    # beside a decoding request, the same chunks come one per step
+    busy = [_request(1, [5, 6, 7], 2), _request(0, list(range(1, 21)), 8)]
+    plan = plan_step(busy, n_batch=64, chunk=8)
+    assert [(e.seq, e.start, len(e.tokens)) for _, e in plan.decode] == [(1, 2, 1)]
+    assert [(e.seq, e.start, len(e.tokens), e.sample) for _, e in plan.prefill] == [(0, 8, 8, False)]
+
+
+def test_decoding_requests_go_in_sequence_order():
+    running = [_request(seq, [1, 2, 3], 2) for seq in (2, 0, 3, 1)]
+    plan = plan_step(running, n_batch=64, chunk=8)
+    assert [e.seq for _, e in plan.decode] == [0, 1, 2, 3]
+    assert all(e.sample and e.start == 2 for _, e in plan.decode)
+
+
+def test_a_prompt_with_one_token_left_decodes_with_the_others():
+    plan = plan_step([_request(0, list(range(1, 10)), 8)], n_batch=64, chunk=8)
+    assert plan.prefill == [] and [(e.start, e.sample) for _, e in plan.decode] == [(8, True)]
+
+
+# -- generations --
+
+
+def test_concurrent_generations_match_running_alone(sim):
+    backend, scheduler = sim
+
+    def generate(i):
+        time.sleep(0.001 * (i % 3))
+        p = prompt(i, 5 + 3 * i)
+        return list(scheduler.generate(p, params(12 + i, seed=i), CancelToken())), p
+
+    results = run_threads(generate, 10)  # more than `parallel`: some wait
+    for i, (out, p) in results.items():
+        assert out == alone(p, 12 + i, seed=i), i
+    settle(scheduler)
+    assert not backend.samplers
+
+
+def test_running_sequences_stay_contiguous():
+    backend, scheduler = make(parallel=6, delay_s=0.001)
+    held: list[list[bool]] = []
+
+    def record(entries):  # on the scheduler thread, before each forward pass of several sequences
+        if len(entries) > 1:
+            held.append([r is not None for r in scheduler._holder])
+
+    backend.on_decode = record
+    try:
+        # different lengths: generations end at different times and leave gaps that get closed
+        run_threads(lambda i: list(scheduler.generate(prompt(i, 4), params(3 + 7 * i), CancelToken())), 6)
+    finally:
+        scheduler.close()
+    assert any(sum(h) > 1 for h in held), "expected batched steps"
+    for h in held:
+        assert h == sorted(h, reverse=True), h  # held sequences are 0..n-1
+    batched = [seqs for seqs in backend.decode_calls if len(seqs) > 1]
+    assert all(seqs == sorted(seqs) for seqs in batched)
+
+
+def test_a_repeated_prompt_reuses_its_whole_chunks(sim):
+    _, scheduler = sim
+    p = prompt(3, 21)
+    first = list(scheduler.generate(p, params(4), CancelToken()))
+    before = scheduler.stats().tokens_decoded_total
+    second = list(scheduler.generate(p, params(4), CancelToken()))
+    assert first == second == alone(p, 4)
+    # chunks [0, 8) and [8, 16) are reused; [16, 21) and the fed-back tokens are computed
+    assert scheduler.stats().tokens_decoded_total - before == 5 + 3
+
+
+def test_a_cached_prefix_in_another_free_sequence_is_copied():
+    backend, scheduler = make(parallel=4, delay_s=0.002)
+    try:
+        shared = prompt(1, 24)
+        # sequence 0 is busy, so the shared prompt is computed in sequence 1
+        busy = scheduler.generate(prompt(9, 5), params(200), CancelToken())
+        next(busy)
+        list(scheduler.generate([*shared, 7], params(2), CancelToken()))
+        busy.close()
+        settle(scheduler)
+        before = scheduler.stats().tokens_decoded_total
+        out = list(scheduler.generate([*shared, 8, 9], params(2), CancelToken()))
+        assert out == alone([*shared, 8, 9], 2)
+        # it runs in sequence 0 with the 24 shared tokens copied over: 2 prompt tokens + 1 fed back
+        assert scheduler.stats().tokens_decoded_total - before == 3
+        assert backend.kv[0][:24] == shared
+    finally:
+        scheduler.close()
+
+
+def test_cancel_frees_the_sequence_while_others_go_on():
+    backend, scheduler = make(parallel=3, delay_s=0.002)
+    cancel = CancelToken()
+    got: list[int] = []
+
+    def cancelled():
+        for token in scheduler.generate(prompt(0), params(200), cancel):
+            got.append(token)
+            if len(got) == 3:
+                cancel.cancel()
+        return got
+
+    try:
+        results = run_threads(
+            lambda i: (
+                cancelled() if i == 0 else list(scheduler.generate(prompt(i), params(30), CancelToken()))
+            ),
+            3,
+        )
+        assert results[0] == alone(prompt(0), 200)[:3]
+        for i in (1, 2):
+            assert results[i] == alone(prompt(i), 30)
+        settle(scheduler)
+        assert not backend.samplers
+    finally:
+        scheduler.close()
+
+
+def test_closing_the_iterator_frees_the_sequence():
+    backend, scheduler = make(delay_s=0.002)
+    try:
+        tokens = scheduler.generate(prompt(1), params(200), CancelToken())
+        next(tokens)
+        assert scheduler.stats().running == 1
+        tokens.close()
+        settle(scheduler)
+        assert not backend.samplers
+    finally:
+        scheduler.close()
+
+
+def test_a_new_request_starts_while_others_decode():
+    _, scheduler = make(parallel=4, delay_s=0.002)
+    try:
+        long_streams = [scheduler.generate(prompt(i), params(200), CancelToken()) for i in range(3)]
+        for stream in long_streams:
+            next(stream)
+        short = list(scheduler.generate(prompt(7), params(4), CancelToken()))
+        assert short == alone(prompt(7), 4)
+        # the long ones are still going: the short one did not wait for them
+        assert scheduler.stats().running == 3
+        for stream in long_streams:
+            stream.close()
+        settle(scheduler)
+    finally:
+        scheduler.close()
+
+
+def test_requests_beyond_parallel_wait_for_a_sequence():
+    _, scheduler = make(parallel=2, delay_s=0.002)
+    try:
+        streams = [scheduler.generate(prompt(i), params(200), CancelToken()) for i in range(2)]
+        for stream in streams:
+            next(stream)
+        waiting = threading.Thread(
+            target=lambda: list(scheduler.generate(prompt(5), params(3), CancelToken()))
+        )
+        waiting.start()
+        deadline = time.monotonic() + 5
+        while scheduler.stats().waiting != 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert scheduler.stats().waiting == 1
+        streams[0].close()
+        waiting.join(timeout=5)
+        assert not waiting.is_alive()
+        streams[1].close()
+        settle(scheduler)
+    finally:
+        scheduler.close()
+
+
+def test_no_sequence_leaks_after_many_mixed_requests():
+    backend, scheduler = make(parallel=4)
+    try:
+
+        def one(i):
+            cancel = CancelToken()
+            stream = scheduler.generate(prompt(i % 11, 3 + i % 17), params(1 + i % 9, seed=i), cancel)
+            for n, _ in enumerate(stream):
+                if i % 5 == 0 and n == 1:
+                    cancel.cancel()
+                if i % 7 == 0 and n == 0:
+                    stream.close()
+                    break
+            return True
+
+        for batch in range(20):
+            run_threads(lambda i, b=batch: one(b * 10 + i), 10)
+        stats = settle(scheduler)
+        assert stats.running == 0 and stats.free_sequences == 4
+        assert not backend.samplers
+    finally:
+        scheduler.close()
+
+
+def test_a_failed_pass_ends_only_its_requests():
+    backend, scheduler = make(parallel=3, delay_s=0.002)
+    try:
+        ok = scheduler.generate(prompt(1), params(200), CancelToken())
+        next(ok)
+        backend.fail_seq = 1
+        with pytest.raises(EngineFailed):
+            list(scheduler.generate(prompt(2, 3), params(5), CancelToken()))
+        backend.fail_seq = None
+        assert len([next(ok) for _ in range(3)]) == 3
+        ok.close()
+        settle(scheduler)
+        assert not backend.samplers
+    finally:
+        scheduler.close()
+
+
+def test_a_crashed_scheduler_fails_every_stream_and_later_calls():
+    backend, scheduler = make(parallel=2, delay_s=0.002)
+    streams = [scheduler.generate(prompt(i), params(200), CancelToken()) for i in range(3)]
+    next(streams[0])
+    next(streams[1])
+    backend.crash = True
+    for stream in streams:
+        with pytest.raises(EngineFailed):
+            list(stream)
+    with pytest.raises(EngineFailed):
+        next(scheduler.generate(prompt(4), params(2), CancelToken()))
+    scheduler.close()
+
+
+def test_close_ends_running_and_waiting_generations():
+    _, scheduler = make(parallel=1, delay_s=0.005)
+    running = scheduler.generate(prompt(1), params(240), CancelToken())
+    next(running)
+    waiting = scheduler.generate(prompt(2), params(5), CancelToken())
+    errors = []
+
+    def consume():
+        try:
+            list(waiting)
+        except EngineFailed as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    while scheduler.stats().waiting == 0:
+        time.sleep(0.001)
+    scheduler.close()
+    t.join(timeout=5)
+    assert errors and not t.is_alive()
+    with pytest.raises(EngineFailed):
+        list(running)
+
+
+def test_the_context_window_limits_each_generation(sim):
+    _, scheduler = sim
+    p = prompt(2, 250)
+    out = list(scheduler.generate(p, params(100), CancelToken()))
+    assert out == alone(p, 100) and len(out) <= 6
+
+
+def test_entries_carry_their_sampler():
+    r = _request(2, [1, 2, 3], 0)
+    r.sampler = "s"
+    ((_, entry),) = plan_step([r], 64, 8).prefill
+    assert entry == BatchEntry(2, [1, 2, 3], 0, True, "s")

@@ -1,0 +1,154 @@
+"""The OpenAPI document describes what the server does; `llmflow serve` starts a real server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from llmflow.cli import app as cli
+from llmflow.cli.serve import parse_engine_options
+from llmflow.errors import InvalidParams
+from tests.server.conftest import TIMEOUT_S
+
+
+def test_openapi_lists_every_route_with_its_bodies_and_errors(http):
+    doc = http.get("/openapi.json").json()
+    paths = doc["paths"]
+    assert {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/models",
+        "/invocations",
+        "/health",
+        "/ping",
+        "/version",
+        "/metrics",
+    } <= set(paths)
+
+    chat = paths["/v1/chat/completions"]["post"]
+    assert chat["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "ChatCompletionRequest"
+    )
+    assert {"application/json", "text/event-stream"} <= set(chat["responses"]["200"]["content"])
+    for status in ("400", "401", "404", "413", "429", "503", "504"):
+        assert chat["responses"][status]["content"]["application/json"]["schema"]["$ref"].endswith(
+            "ErrorResponse"
+        )
+    assert "422" not in chat["responses"]  # validation errors are 400s
+
+    request = doc["components"]["schemas"]["ChatCompletionRequest"]
+    assert request["additionalProperties"] is False
+    assert {
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "n",
+    } <= set(request["properties"])
+
+    invocations = paths["/invocations"]["post"]
+    assert {"application/json", "text/csv", "application/vnd.apache.parquet"} <= set(
+        invocations["requestBody"]["content"]
+    )
+    assert "security" not in doc  # no API key on this server
+
+
+def test_openapi_declares_the_bearer_key_when_there_is_one(start_server):
+    with start_server(api_key="k") as server:
+        doc = httpx.get(f"{server.url}/openapi.json", headers={"Authorization": "Bearer k"}).json()
+    assert doc["security"] == [{"bearer": []}]
+    assert doc["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer"}
+    assert doc["paths"]["/health"]["get"]["security"] == []
+
+
+def test_version(http, model_name):
+    import mlflow
+
+    import llmflow
+
+    assert http.get("/version").json() == {
+        "llmflow": llmflow.__version__,
+        "mlflow": mlflow.__version__,
+        "model": model_name,
+        "engine": "llama_cpp",
+    }
+
+
+def test_engine_options_parse_as_json_values():
+    assert parse_engine_options(["n_threads=2", "verbose=false", "name=x"]) == {
+        "n_threads": 2,
+        "verbose": False,
+        "name": "x",
+    }
+    with pytest.raises(InvalidParams):
+        parse_engine_options(["n_threads"])
+
+
+def test_serve_help_and_bad_options():
+    runner = CliRunner()
+    assert "--api-key" in runner.invoke(cli, ["serve", "--help"]).output
+    result = runner.invoke(cli, ["serve", "--engine-option", "oops"])
+    assert result.exit_code == 2 and "KEY=VALUE" in result.output
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_llmflow_serve_runs_a_server_with_the_key_from_the_environment(tmp_path):
+    port = _free_port()
+    env = {**os.environ, "LLMFLOW_API_KEY": "from-env"}
+    command = [
+        sys.executable,
+        "-m",
+        "llmflow",
+        "serve",
+        "--port",
+        str(port),
+        "--model-name",
+        "smol",
+        "--engine-option",
+        "n_ctx=512",
+        "--log-level",
+        "warning",
+    ]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+        body = {"model": "smol", "prompt": "Hi", "max_tokens": 2}
+        answer = httpx.post(
+            f"{url}/v1/completions",
+            json=body,
+            headers={"Authorization": "Bearer from-env"},
+            timeout=TIMEOUT_S,
+        )
+        assert answer.status_code == 200 and answer.json()["model"] == "smol"
+    finally:
+        process.terminate()
+        process.wait(30)
