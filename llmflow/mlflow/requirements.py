@@ -43,10 +43,16 @@ def engine_requirements(engine: str) -> list[str]:
     pinned = []
     for package in packages:
         try:
-            pinned.append(f"{package}=={importlib.metadata.version(package)}")
+            pinned.append(f"{package}=={_public_version(importlib.metadata.version(package))}")
         except importlib.metadata.PackageNotFoundError:
             pinned.append(package)
     return pinned
+
+
+def _public_version(version: str) -> str:
+    """Drop a local version label (`2.13.0+cpu` -> `2.13.0`): package indexes never serve one,
+    so a pin that keeps it cannot be installed anywhere else."""
+    return version.split("+", 1)[0]
 
 
 def _direct_url(text: str | None) -> str | None:

@@ -140,3 +140,10 @@ def test_mlflow_scoring_server_answers_and_serialises(loaded):
     bad = client.post("/invocations", json={"dataframe_records": [{"messages": []}]})
     assert bad.status_code == 400
     assert "at least one message" in bad.json()["message"]
+
+
+def test_requirements_drop_local_version_labels():
+    from llmflow.mlflow.requirements import _public_version
+
+    assert _public_version("2.13.0+cpu") == "2.13.0"
+    assert _public_version("0.3.36") == "0.3.36"
