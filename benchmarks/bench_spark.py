@@ -77,8 +77,9 @@ def run_in_process(model_dir: str, questions: list[str], params: dict[str, Any])
     return result, [r["answer"] for r in records]
 
 
-def run_spark_job(spark, model_dir: str, questions: list[str], params: dict, partitions: int,
-                  threads: int | None, log: Path) -> tuple[dict, list[str]]:
+def run_spark_job(
+    spark, model_dir: str, questions: list[str], params: dict, partitions: int, threads: int | None, log: Path
+) -> tuple[dict, list[str]]:
     """One Spark job over every prompt; engine loads and reuses of this job from the load log."""
     log.unlink(missing_ok=True)
     answer = answer_udf(spark, model_dir, params=params, threads=threads, extra_env={LOAD_LOG_ENV: str(log)})

@@ -2,11 +2,13 @@
 
 pandas reads and writes single files for the in-process path; Spark reads files or directories
 and writes a directory of part files (its own layout, readable by pandas, Spark and DuckDB).
-Both read an empty CSV cell as a missing value, and nothing else ("NA" stays text).
+Both read an empty CSV cell as a missing value, and nothing else ("NA" stays text); both write
+list and struct cells (a `messages` column) to CSV as JSON text.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +16,7 @@ from llmflow.errors import BatchFileError
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
            ".json": "json"}
@@ -38,6 +40,12 @@ def is_local(path: str) -> bool:
     return ":/" not in path or path.startswith("file:")
 
 
+def check_input(path: str) -> None:
+    file_format(path)
+    if is_local(path) and not Path(path.removeprefix("file:")).exists():
+        raise BatchFileError(f"there is no input file at {path!r}")
+
+
 def check_output(path: str, *, overwrite: bool) -> None:
     file_format(path)
     if not overwrite and is_local(path) and Path(path.removeprefix("file:")).exists():
@@ -48,9 +56,8 @@ def read_frame(path: str) -> pd.DataFrame:
     """A local file as a DataFrame with missing cells as None (MLflow's schema check refuses NaN)."""
     import pandas as pd
 
+    check_input(path)
     fmt = file_format(path)
-    if not Path(path).exists():
-        raise BatchFileError(f"there is no input file at {path!r}")
     if fmt == "parquet":
         frame = pd.read_parquet(path)
     elif fmt == "csv":
@@ -67,7 +74,7 @@ def write_frame(frame: pd.DataFrame, path: str) -> None:
     if fmt == "parquet":
         frame.to_parquet(path, index=False)
     elif fmt == "csv":
-        frame.to_csv(path, index=False)
+        frame.map(_json_cell).to_csv(path, index=False)
     else:
         frame.to_json(path, orient="records", lines=True, force_ascii=False)
 
@@ -81,4 +88,29 @@ def read_spark(spark: SparkSession, path: str) -> DataFrame:
 def write_spark(frame: DataFrame, path: str, *, overwrite: bool) -> None:
     fmt = file_format(path)
     options: dict[str, Any] = _SPARK_CSV if fmt == "csv" else {}
+    if fmt == "csv":
+        frame = frame.select(*[_json_column(frame, name) for name in frame.columns])
     frame.write.format(fmt).options(**options).mode("overwrite" if overwrite else "error").save(path)
+
+
+def _json_cell(value: Any) -> Any:
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()  # a numpy array, as pandas holds a Parquet list cell
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False, default=_plain)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """numpy values inside a list cell, for json.dumps."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def _json_column(frame: DataFrame, name: str) -> Column:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    column = F.col(f"`{name}`")
+    if isinstance(frame.schema[name].dataType, (ArrayType, MapType, StructType)):
+        return F.to_json(column).alias(name)
+    return column

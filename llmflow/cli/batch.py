@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from llmflow.cli.common import EXIT_BAD_INPUT, exit_on_llmflow_error
+from llmflow.errors import BatchFileError
 
 
 def batch(
@@ -53,7 +54,7 @@ def batch(
 ) -> None:
     """Answer every row of INPUT and write OUTPUT with answer, finish_reason, prompt_tokens,
     completion_tokens and error columns (a bad row gets finish_reason "error", not a failed job)."""
-    from llmflow.batch.files import check_output
+    from llmflow.batch.files import check_input, check_output
 
     with exit_on_llmflow_error(), _exit_on_mlflow_error(), tempfile.TemporaryDirectory() as workdir:
         if tracking_uri:
@@ -61,6 +62,7 @@ def batch(
 
             mlflow.set_tracking_uri(tracking_uri)
         model_params = parse_params(params or [])
+        check_input(input)
         check_output(output, overwrite=overwrite)
         if spark is None:
             summary = _run_local(model, input, output, prompt_column, model_params, threads, Path(workdir))
@@ -114,11 +116,15 @@ def _run_spark(master: str, model: str, input: str, output: str, prompt_column: 
     from llmflow.spark.session import start_session
     from llmflow.spark.udf import local_slots
 
-    session = start_session(master)
+    session = start_session(master)  # a clear error when pyspark or Java is missing
+    from pyspark.errors import AnalysisException
+
     try:
         uri = model_uri(model, workdir, copy_weights=local_slots(master) is None)
         return run_spark_job(session, uri, input, output, params, prompt_column=prompt_column,
                              partitions=partitions, threads=threads, overwrite=overwrite)
+    except AnalysisException as exc:  # a path that does not exist, a type the format cannot hold
+        raise BatchFileError(str(exc).splitlines()[0]) from None
     finally:
         session.stop()
 

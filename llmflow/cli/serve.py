@@ -56,6 +56,9 @@ def serve(
     cors_origin: Annotated[
         list[str] | None, typer.Option(help="an origin allowed by CORS (repeatable); default: CORS off")
     ] = None,
+    shutdown_grace: Annotated[
+        float, typer.Option(help="on SIGTERM, seconds running streams may go on before they are ended")
+    ] = 10.0,
     engine: Annotated[str | None, typer.Option(help="engine for a model file (default: guessed)")] = None,
     engine_option: Annotated[
         list[str] | None,
@@ -90,6 +93,7 @@ def serve(
             request_timeout_s=timeout,
             max_body_bytes=max_body_bytes,
             cors_origins=tuple(cors_origin or ()),
+            shutdown_grace_s=shutdown_grace,
             tracing=tracing,
         )
         served = load_served(

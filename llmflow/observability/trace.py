@@ -149,35 +149,36 @@ class RequestTrace:
             return
         try:
             usage = self.usage or _usage_from(timings)
-            failed = self.failed or error is not None
-            if timings is not None:
-                failed = failed or timings.outcome in FAILED_OUTCOMES
+            outcome = None if timings is None else timings.outcome
+            # a stream that never sent its final chunk (stopped, failed): how the request ended
+            reason = self.finish_reason or outcome
+            failed = self.failed or error is not None or outcome in FAILED_OUTCOMES
             if isinstance(error, Exception):
                 span.record_exception(error)
             span.end(
-                outputs=self._outputs(usage),
-                attributes=self._end_attributes(usage, timings),
+                outputs=self._outputs(reason, usage),
+                attributes=self._end_attributes(reason, usage, timings),
                 status="ERROR" if failed else "OK",
                 end_time_ns=_end_time_ns(timings),
             )
         except Exception:
             logger.warning("could not end the MLflow trace of %s", self.name, exc_info=True)
 
-    def _outputs(self, usage: Usage | None) -> Any:
+    def _outputs(self, reason: str | None, usage: Usage | None) -> Any:
         if self._result is not _UNSET:
             return self._result
         return {
             "content": "".join(self.parts),
-            "finish_reason": self.finish_reason,
+            "finish_reason": reason,
             "usage": None if usage is None else usage.to_dict(),
         }
 
-    def _end_attributes(self, usage: Usage | None, timings: RequestTimings | None) -> dict[str, Any]:
+    def _end_attributes(
+        self, reason: str | None, usage: Usage | None, timings: RequestTimings | None
+    ) -> dict[str, Any]:
         attributes: dict[str, Any] = {}
-        if self.finish_reason is not None:
-            attributes["llmflow.finish_reason"] = self.finish_reason
-        elif timings is not None and timings.outcome is not None:
-            attributes["llmflow.finish_reason"] = timings.outcome
+        if reason is not None:
+            attributes["llmflow.finish_reason"] = reason
         if timings is not None:
             values = timings.to_dict()
             attributes.update({f"llmflow.{k}": values[k] for k in _TIMING_KEYS if values[k] is not None})

@@ -6,6 +6,7 @@ Names follow vLLM's where they mean the same thing, with an `llmflow_` prefix.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -88,6 +89,17 @@ class ServerMetrics:
         Gauge("llmflow_num_requests_waiting", "Requests waiting for a place", registry=r).set_function(
             waiting
         )
+
+    def watch_engine(self, stats: Callable[[], Any]) -> None:
+        """Gauges read from an engine that reports its own state (the batching engine's `stats()`):
+        free sequences, and the tokens it generated, counted as they are decoded."""
+        r = self.registry
+        Gauge(
+            "llmflow_engine_free_sequences", "Engine sequences (KV-cache slots) free now", registry=r
+        ).set_function(lambda: stats().free_sequences)
+        Gauge(
+            "llmflow_engine_generated_tokens", "Tokens the engine has generated since it loaded", registry=r
+        ).set_function(lambda: stats().tokens_generated_total)
 
     def observe(self, timings: RequestTimings) -> None:
         """Record one finished generation."""

@@ -3,6 +3,7 @@ benchmarks, notebooks), bound to a socket opened first so that port 0 means a fr
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -10,12 +11,36 @@ from typing import Any
 
 import uvicorn
 
-GRACEFUL_SHUTDOWN_S = 5
+#: after the grace period, how long ended streams get to write their last events
+FINAL_EVENTS_S = 5.0
+
+
+class GracefulServer(uvicorn.Server):
+    """On SIGTERM/SIGINT uvicorn stops accepting and waits for open responses; this adds a grace
+    period after which running generations are ended, so streams close with a finish chunk and
+    [DONE] rather than being cut by uvicorn's task cancellation."""
+
+    def __init__(self, config: uvicorn.Config, grace_s: float, end_generations: Any):
+        super().__init__(config)
+        self.grace_s = grace_s
+        self._end_generations = end_generations
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        timer = asyncio.get_running_loop().call_later(self.grace_s, self._end_generations)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            timer.cancel()
 
 
 def run(app: Any, host: str, port: int, *, log_level: str = "info") -> None:
-    """Serve until interrupted."""
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    """Serve until SIGTERM or Ctrl-C, then shut down gracefully (see `GracefulServer`)."""
+    state = app.state.llmflow
+    grace_s = state.settings.shutdown_grace_s
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=grace_s + FINAL_EVENTS_S
+    )
+    GracefulServer(config, grace_s, state.end_generations).run()
 
 
 class BackgroundServer:
@@ -24,7 +49,10 @@ class BackgroundServer:
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning"):
         self.app = app
         self.host = host
-        self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # proto must say TCP: asyncio turns Nagle off (TCP_NODELAY) only on sockets that do, and with
+        # Nagle on, a response sent in two writes waits for the client's delayed ACK (~40 ms).
+        self._socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.port: int = self._socket.getsockname()[1]

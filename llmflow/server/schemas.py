@@ -75,6 +75,17 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class Timings(BaseModel):
+    """llmflow extension, sent when the request has `timings: true`: the numbers behind /metrics."""
+
+    queue_ms: float | None
+    ttft_ms: float | None
+    e2e_ms: float | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    decode_tokens_per_s: float | None
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"]
     content: str
@@ -94,6 +105,7 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
+    timings: Timings | None = Field(None, description="only when the request asked for timings")
 
 
 class TextChoice(BaseModel):
@@ -110,6 +122,7 @@ class TextCompletion(BaseModel):
     model: str
     choices: list[TextChoice]
     usage: Usage
+    timings: Timings | None = Field(None, description="only when the request asked for timings")
 
 
 class ModelCard(BaseModel):

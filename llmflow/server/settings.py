@@ -27,6 +27,9 @@ class ServerSettings(BaseModel):
     model_name: str | None = Field(None, description="the name clients use in 'model'; default: from MODEL")
     cors_origins: tuple[str, ...] = Field((), description="origins allowed by CORS; none: CORS off")
     retry_after_s: int = Field(1, ge=0, description="the Retry-After sent with 429 and 503")
+    shutdown_grace_s: float = Field(
+        10.0, ge=0, description="on SIGTERM, how long running streams may go on before they are ended"
+    )
     tracing: bool | None = Field(
         None, description="an MLflow trace per generation; None: only when an MLflow experiment is set"
     )

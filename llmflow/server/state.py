@@ -46,6 +46,9 @@ class ServerState:
         max_running = settings.max_running or served.max_concurrency
         admission = Admission(max_running, settings.max_queue, settings.retry_after_s)
         metrics = ServerMetrics(running=lambda: admission.running, waiting=lambda: admission.waiting)
+        engine_stats = getattr(served.llm.engine, "stats", None) if served.llm is not None else None
+        if callable(engine_stats):
+            metrics.watch_engine(engine_stats)
         return cls(served, settings, admission, metrics)
 
     @property
@@ -56,6 +59,12 @@ class ServerState:
             workers = self.admission.max_running
             self._executor = ThreadPoolExecutor(workers, thread_name_prefix="llmflow-generate")
         return self._executor
+
+    def end_generations(self) -> None:
+        """Stop every running generation: each ends within a token with its final chunk (finish
+        reason and [DONE] for streams), so no answer is cut half-written."""
+        for generation in list(self.active):
+            generation.stream.stop()
 
     async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Stop every generation (each ends within a token) and wait for the worker threads, so

@@ -16,7 +16,7 @@ from tests.observability.conftest import all_trace_count, only_span, traces_in
 from tests.observability.engines import FAIL_AFTER, EngineFailure, FailingEngine
 
 PROMPT = {"prompt": "Tell me a story about a castle."}
-GREEDY = {"max_tokens": 24, "temperature": 0.0}
+GREEDY = {"max_tokens": 12, "temperature": 0.0}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_a_finished_stream_leaves_one_complete_trace(model, experiment):
     span = only_span(trace)
     assert span.name == "llmflow.predict_stream"
     assert span.inputs["prompt"] == PROMPT["prompt"]
-    assert span.inputs["params"]["max_tokens"] == 24
+    assert span.inputs["params"]["max_tokens"] == 12
     assert span.outputs == {
         "content": _text(chunks),
         "finish_reason": final["finish_reason"],
@@ -162,7 +162,8 @@ def test_timings_in_the_final_chunk(model, store):
 
 
 def test_timings_in_predict_need_details(model, store):
-    answers = model.predict(None, ["Hi"], params={**GREEDY, "max_tokens": 4, "details": True, "timings": True})
+    params = {**GREEDY, "max_tokens": 4, "details": True, "timings": True}
+    answers = model.predict(None, ["Hi"], params=params)
     assert answers[0]["timings"]["completion_tokens"] == answers[0]["usage"]["completion_tokens"]
     with pytest.raises(llmflow.mlflow.InvalidModelInput, match="timings"):
         model.predict(None, ["Hi"], params={"timings": True})

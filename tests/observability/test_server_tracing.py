@@ -117,6 +117,23 @@ def test_an_invocations_stream_nests_the_models_span(traced_server, experiment):
     assert root.outputs["usage"] == final["usage"]
 
 
+def test_an_invocations_disconnect_ends_both_spans(traced_server, experiment):
+    body = {"prompt": "Tell me a long story.", "max_tokens": 200, "stream": True}
+    with httpx.Client(base_url=traced_server.url, timeout=TIMEOUT_S) as http:
+        with http.stream("POST", "/invocations", json=body) as response:
+            received = [line for line, _ in zip(response.iter_lines(), range(4), strict=False)]
+        assert any(line.startswith("data: ") for line in received)
+        wait_until_idle(http)
+
+    (trace,) = experiment.traces(1)
+    assert trace.info.state == "OK"
+    spans = {s.name: s for s in trace.data.spans}
+    model_span = spans["llmflow.predict_stream"]
+    assert model_span.outputs["finish_reason"] == "cancelled"
+    assert 1 <= model_span.outputs["usage"]["completion_tokens"] < 200
+    assert spans["llmflow.invocations"].outputs["finish_reason"] == "cancelled"
+
+
 def test_an_engine_failure_mid_stream_leaves_one_error_trace(experiment):
     with running(ServedModel.from_llm(LLM(FailingEngine())), tracing=True) as server:
         body = {"model": "scripted", "messages": MESSAGES, "stream": True, "temperature": 0}

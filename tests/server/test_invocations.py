@@ -18,8 +18,6 @@ from tests.mlflow.store import Store, using
 from tests.server.conftest import TIMEOUT_S, running, sse_events
 from tests.server.pyfunc_models import save_and_load
 
-pytestmark = pytest.mark.filterwarnings("ignore:Add type hints:UserWarning")  # MLflow's advice to WordEcho
-
 
 @pytest.fixture(scope="session")
 def echo_model(tmp_path_factory):

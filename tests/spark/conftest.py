@@ -1,4 +1,5 @@
-"""Local Spark (`local[2]`) for the Spark tests: one session and one logged model per run.
+"""Local Spark (`local[2]`) for the Spark tests: one session and one logged model, stopped and
+freed when the tests of this directory are done.
 
 Spark needs Java 17: CI installs it (`.ci/run`); elsewhere the Spark tests skip with the reason.
 Starting Spark takes about 5 s and the first job about 8 s more (workers start, the model loads).
@@ -40,7 +41,7 @@ class LoggedModel:
     store: Store
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark() -> Iterator:
     require_spark()
     from pyspark.sql import SparkSession
@@ -62,7 +63,7 @@ def spark() -> Iterator:
         session.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark_model(tmp_path_factory: pytest.TempPathFactory) -> LoggedModel:
     """The embedded model logged to a real sqlite tracking store (weights copied in)."""
     store = Store.create(tmp_path_factory.mktemp("spark-mlflow"))
@@ -71,7 +72,7 @@ def spark_model(tmp_path_factory: pytest.TempPathFactory) -> LoggedModel:
     return LoggedModel(info.model_uri, store)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def in_process(spark_model: LoggedModel) -> Iterator:
     """The same logged model loaded in this process, the reference for Spark's answers. One
     thread, like each of local[2]'s tasks on 2 cores: on a busy machine llama.cpp on every core

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from llmflow.batch.files import read_spark, write_spark
 from llmflow.cli import app
 from llmflow.cli.batch import parse_params
 from llmflow.model_files import default_model_path
@@ -58,6 +59,7 @@ def test_in_process_batch_writes_answers_finish_reasons_and_token_counts(local_a
     assert (good["error"] == "").all()
     bad = local_answers[local_answers["id"] == 2].iloc[0]
     assert bad["finish_reason"] == "error" and "empty" in bad["error"]
+    assert json.loads(local_answers.loc[3, "messages"]) == ROWS[3]["messages"]  # CSV: JSON text
 
 
 def test_spark_batch_writes_the_same_answers(prompts, local_answers, tmp_path):
@@ -78,6 +80,22 @@ def test_spark_batch_writes_the_same_answers(prompts, local_answers, tmp_path):
     assert spark_answers[columns].to_dict("records") == local_answers[columns].to_dict("records")
     loads = Counter(e["pid"] for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "load")
     assert loads and all(n == 1 for n in loads.values())
+
+
+def test_spark_reads_and_writes_csv_like_pandas(spark, tmp_path):
+    """Quotes, commas and newlines inside cells; a messages column written as JSON text."""
+    source = tmp_path / "in.csv"
+    prompts = ['Say "hi", then stop.', "Line one\nline two", "NA"]
+    pd.DataFrame({"prompt": prompts}).to_csv(source, index=False)
+    frame = read_spark(spark, str(source))
+    assert [r["prompt"] for r in frame.collect()] == prompts
+
+    schema = "id long, messages array<struct<role string, content string>>"
+    chat = spark.createDataFrame([(1, ROWS[3]["messages"])], schema)
+    out = tmp_path / "out.csv"
+    write_spark(chat.coalesce(1), str(out), overwrite=False)
+    [part] = out.glob("part-*.csv")
+    assert json.loads(pd.read_csv(part)["messages"][0]) == ROWS[3]["messages"]
 
 
 def test_csv_in_jsonl_out(tmp_path):

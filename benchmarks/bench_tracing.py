@@ -1,0 +1,136 @@
+"""Does tracing slow streaming down? `predict_stream` tokens/s with MLflow tracing on vs off.
+
+The embedded model in process, greedy, the same prompt; runs alternate (off, on, timings-only, in
+a rotating order) and start with an empty KV cache, so every mode pays the same prompt
+processing. Traces go to a temporary sqlite tracking store. Reports medians and the ratio
+on / off (target >= 0.98), plus the per-chunk cost of the observing wrapper itself, measured
+on a synthetic stream (no model) so that it is not lost in decoding noise.
+
+    .venv/bin/python benchmarks/bench_tracing.py --runs 9 --max-tokens 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import mlflow
+
+from llmflow import LLM
+from llmflow.mlflow import LlmflowPyfuncModel
+from llmflow.observability import ObservedStream, RequestTrace
+from llmflow.timing import RequestTimings
+from llmflow.types import CancelToken, Chunk, FinishReason, Usage
+
+PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
+MODES: dict[str, dict[str, Any]] = {
+    "off": {"trace": False},
+    "on": {"trace": True},
+    "timings": {"trace": False, "timings": True},
+}
+
+
+def run_stream(model: LlmflowPyfuncModel, max_tokens: int, mode: str) -> tuple[float, float, int]:
+    """(ttft_s, decode tokens/s, tokens) as the consumer sees them, `StreamTimer`'s formula."""
+    model.llm.engine._llama.reset()
+    params = {"temperature": 0.0, "max_tokens": max_tokens, **MODES[mode]}
+    start = time.perf_counter()
+    first = None
+    tokens = 0
+    for chunk in model.predict_stream(None, {"prompt": PROMPT}, params=params):
+        if chunk.get("finish_reason"):
+            tokens = chunk["usage"]["completion_tokens"]
+        elif first is None:
+            first = time.perf_counter()
+    end = time.perf_counter()
+    return first - start, (tokens - 1) / (end - first), tokens
+
+
+def wrapper_cost_us(chunks: int, traced: bool) -> float:
+    """Microseconds per chunk that `ObservedStream` adds to iterating a ready-made stream."""
+    items = [Chunk("tok")] * chunks + [Chunk("", FinishReason.LENGTH, Usage(10, chunks))]
+
+    def plain() -> float:
+        start = time.perf_counter()
+        for _ in iter(items):
+            pass
+        return time.perf_counter() - start
+
+    def observed() -> float:
+        trace = RequestTrace("bench", {"prompt": "x"}) if traced else None  # the appends, no span
+        stream = ObservedStream(iter(items), CancelToken(), RequestTimings(), trace)
+        start = time.perf_counter()
+        for _ in stream:
+            pass
+        return time.perf_counter() - start
+
+    plain_s = statistics.median(plain() for _ in range(5))
+    observed_s = statistics.median(observed() for _ in range(5))
+    return (observed_s - plain_s) / chunks * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=None, help="default: all usable cores")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tracing.json"))
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mlflow.set_tracking_uri(f"sqlite:///{Path(tmp) / 'mlflow.db'}")
+        experiment_id = mlflow.MlflowClient().create_experiment("bench", artifact_location=Path(tmp).as_uri())
+        os.environ["MLFLOW_EXPERIMENT_ID"] = experiment_id
+        summary = _measure(args)
+        mlflow.flush_trace_async_logging()
+        summary["traces_recorded"] = len(mlflow.search_traces(locations=[experiment_id], return_type="list"))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+
+
+def _measure(args: argparse.Namespace) -> dict[str, Any]:
+    options = {} if args.threads is None else {"n_threads": args.threads}
+    llm = LLM.load(engine_options=options)
+    model = LlmflowPyfuncModel.from_llm(llm)
+    for mode in MODES:  # warm-up: the first trace also starts MLflow's tracer
+        run_stream(model, 16, mode)
+    names = list(MODES)
+    results: dict[str, list[tuple[float, float, int]]] = {name: [] for name in names}
+    for i in range(args.runs):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            results[name].append(run_stream(model, args.max_tokens, name))
+
+    def med(name: str, index: int) -> float:
+        return statistics.median(r[index] for r in results[name])
+
+    summary: dict[str, Any] = {
+        "model": llm.model_name,
+        "threads": llm.engine.options.n_threads,
+        "max_tokens": args.max_tokens,
+        "runs": args.runs,
+        "tokens": {name: [r[2] for r in rs] for name, rs in results.items()},
+    }
+    for name in names:
+        summary[f"{name}_tokens_per_s"] = med(name, 1)
+        summary[f"{name}_ttft_ms"] = med(name, 0) * 1000
+    summary["tokens_per_s_ratio_on_off"] = summary["on_tokens_per_s"] / summary["off_tokens_per_s"]
+    summary["ttft_delta_ms_on_off"] = summary["on_ttft_ms"] - summary["off_ttft_ms"]
+    summary["wrapper_us_per_chunk"] = {
+        "timings": wrapper_cost_us(100_000, traced=False),
+        "traced": wrapper_cost_us(100_000, traced=True),
+    }
+    summary["machine"] = f"{platform.machine()}, {platform.python_version()}"
+    llm.close()
+    return summary
+
+
+if __name__ == "__main__":
+    main()

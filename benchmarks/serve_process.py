@@ -1,0 +1,108 @@
+"""`llmflow serve` in a child process on a free loopback port, for the reliability scripts: the
+server runs apart from the clients, so its memory (RSS) and signals are its own."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` in Prometheus text whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        found = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$", line)
+        if not found or found.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', found.group(2) or ""))
+        if all(have.get(key) == value for key, value in labels.items()):
+            total += float(found.group(3))
+    return total
+
+
+class ServeProcess:
+    """`with ServeProcess(["--max-queue", "8"]) as server: server.url, server.pid`."""
+
+    def __init__(
+        self, args: Sequence[str] = (), *, env: dict[str, str] | None = None, start_timeout_s: float = 180
+    ):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [
+            sys.executable,
+            "-m",
+            "llmflow",
+            "serve",
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warning",
+        ]
+        self.args += list(args)
+        self.env = {**os.environ, **(env or {})}
+        self.start_timeout_s = start_timeout_s
+        self.process: subprocess.Popen[str] | None = None
+        self.output = ""
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> ServeProcess:
+        self.process = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited at start: {self.process.communicate()[0]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"the server on {self.url} did not start in {self.start_timeout_s} s")
+
+    def terminate(self) -> None:
+        """SIGTERM: a graceful shutdown."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout_s: float = 60) -> int:
+        assert self.process is not None
+        out, _ = self.process.communicate(timeout=timeout_s)
+        self.output += out or ""
+        return self.process.returncode
+
+    def stop(self) -> None:
+        if self.process is None or self.process.returncode is not None:
+            return
+        self.terminate()
+        try:
+            self.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.wait(10)
+
+    def __enter__(self) -> ServeProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
