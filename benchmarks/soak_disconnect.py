@@ -231,7 +231,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--streams", type=int, default=1000)
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=48)
-    p.add_argument("--prefill-words", type=int, default=1200, help="words in the long prompt of prefill cuts")
+    p.add_argument("--prefill-words", type=int, default=600, help="words in the long prompt of prefill cuts")
     p.add_argument("--prefill-share", type=float, default=0.2, help="share of streams cut during prefill")
     p.add_argument(
         "--time-limit", type=float, default=900, help="no new stream starts after this many seconds"

@@ -166,3 +166,12 @@ class QueueTimeout(RequestTimeout):
         super().__init__(
             timeout_s, f"the server is busy: the request waited {timeout_s:g} s in the queue; retry later"
         )
+
+
+class ClientDisconnected(LlmflowError):
+    """The client went away before its request got a place: nothing is generated for it."""
+
+    code = "client_disconnected"
+
+    def __init__(self) -> None:
+        super().__init__("the client disconnected while the request waited for a place")

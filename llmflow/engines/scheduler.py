@@ -189,7 +189,7 @@ class BatchScheduler:
         prefill_chunk: int,
         eos_token_ids: Collection[int],
     ):
-        if not parallel <= n_batch >= prefill_chunk:
+        if n_batch < max(parallel, prefill_chunk):
             raise ValueError(f"n_batch ({n_batch}) must be at least parallel and prefill_chunk")
         self.backend = backend
         self.parallel = parallel

@@ -31,11 +31,17 @@ class Admission:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    def try_acquire(self) -> bool:
+        """Take a free place now, if there is one and nobody waits for it."""
+        if self._running < self.max_running and not self._waiters:
+            self._running += 1
+            return True
+        return False
+
     async def acquire(self, timeout_s: float) -> None:
         """Take a place, waiting up to `timeout_s`. Raises `QueueFull` at once when the queue is
         full, `QueueTimeout` when the wait runs out."""
-        if self._running < self.max_running and not self._waiters:
-            self._running += 1
+        if self.try_acquire():
             return
         if len(self._waiters) >= self.max_queue:
             raise QueueFull(self.max_queue, self.retry_after_s)

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 
 from llmflow.errors import (
     ChatTemplateError,
+    ClientDisconnected,
     ContextLengthExceeded,
     EngineUnavailable,
     FieldProblem,
@@ -44,6 +45,7 @@ ERROR_TABLE: dict[type[LlmflowError], tuple[int, str]] = {
     UnsupportedEndpoint: (404, "not_found_error"),
     RequestTooLarge: (413, "invalid_request_error"),
     QueueFull: (429, "rate_limit_error"),
+    ClientDisconnected: (499, "client_closed_request"),  # nobody reads it; counted in the metrics
     QueueTimeout: (503, "overloaded_error"),
     EngineUnavailable: (503, "server_error"),
     RequestTimeout: (504, "timeout_error"),

@@ -8,7 +8,9 @@ import asyncio
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from llmflow.errors import RequestTimeout
+from starlette.types import Receive
+
+from llmflow.errors import ClientDisconnected, RequestTimeout
 from llmflow.server.state import ServerState
 from llmflow.server.timings import RequestTimings
 from llmflow.server.worker import ThreadedStream
@@ -94,13 +96,17 @@ async def start_generation(
     summarize: Callable[[T | None], Summary],
     cancel: CancelToken | None = None,
     trace: RequestTrace | None = None,
+    receive: Receive | None = None,
 ) -> Generation[T]:
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
     then start `make_iterator()` in a worker thread; `cancel` is what stops it early, when the
     source takes one. `trace`, begun by `make_iterator`'s stream, is ended when the generation
-    is over. The caller must `close()` the generation."""
+    is over. With `receive`, a client that disconnects while waiting leaves the queue
+    (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
+    generation."""
     timeout_s = state.settings.request_timeout_s
-    await state.admission.acquire(timeout_s - timings.elapsed_s())
+    if not state.admission.try_acquire():
+        await _wait_for_place(state, timeout_s - timings.elapsed_s(), receive)
     timings.admit()
     try:
         stream = ThreadedStream(make_iterator, state.executor, cancel)
@@ -110,3 +116,28 @@ async def start_generation(
     generation = Generation(state, stream, timings, summarize, trace)
     generation.set_deadline(timeout_s - timings.elapsed_s())
     return generation
+
+
+async def _wait_for_place(state: ServerState, timeout_s: float, receive: Receive | None) -> None:
+    """Wait in the admission queue, and give the place up if the client disconnects meanwhile."""
+    waiting = asyncio.ensure_future(state.admission.acquire(timeout_s))
+    if receive is None:
+        await waiting
+        return
+    watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+    try:
+        await asyncio.wait({waiting, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not waiting.done():
+            waiting.cancel()  # leaves the queue (a place that arrived meanwhile is passed on)
+            await asyncio.gather(waiting, return_exceptions=True)
+    if waiting.cancelled():
+        raise ClientDisconnected()
+    waiting.result()  # a place, or QueueFull / QueueTimeout
+
+
+async def wait_for_disconnect(receive: Receive) -> None:
+    """Return when the client disconnects (call once the request body has been read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

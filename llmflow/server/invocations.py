@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from mlflow.exceptions import MlflowException
+from starlette.types import Receive
 
 from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
 from llmflow.observability import RequestTrace, tracing_wanted, watch_model_stream
@@ -90,8 +91,9 @@ async def invocations(request: Request) -> Response:
         if not state.served.streams_invocations:
             raise UnsupportedEndpoint(f"{state.served.name!r} does not implement predict_stream")
         assert payload is not None
-        return await _stream(state, model, payload, timings)
-    return await _predict(state, model, body if payload is None else payload, content_type, timings)
+        return await _stream(state, model, payload, timings, request.receive)
+    data = body if payload is None else payload
+    return await _predict(state, model, data, content_type, timings, request.receive)
 
 
 async def _json_payload(body: bytes, content_type: str) -> dict[str, Any] | None:
@@ -118,7 +120,7 @@ def _pop_stream_flag(payload: dict[str, Any] | None) -> bool:
 
 
 async def _predict(
-    state: ServerState, model: Any, data: Any, content_type: str, timings: RequestTimings
+    state: ServerState, model: Any, data: Any, content_type: str, timings: RequestTimings, receive: Receive
 ) -> Response:
     trace = _request_trace(state, data if isinstance(data, dict) else {"content_type": content_type})
 
@@ -129,7 +131,7 @@ async def _predict(
         return iter((answer,))
 
     generation = await start_generation(
-        state, _traced(trace, score, timings), timings, _no_summary, trace=trace
+        state, _traced(trace, score, timings), timings, _no_summary, trace=trace, receive=receive
     )
     try:
         answer = await generation.stream.__anext__()
@@ -143,11 +145,13 @@ async def _predict(
 
 
 async def _stream(
-    state: ServerState, model: Any, payload: dict[str, Any], timings: RequestTimings
+    state: ServerState, model: Any, payload: dict[str, Any], timings: RequestTimings, receive: Receive
 ) -> Response:
     trace = _request_trace(state, {**payload, "stream": True})
     make_iterator = _traced(trace, lambda: mlflow_scoring.predict_stream(model, payload), timings)
-    generation = await start_generation(state, make_iterator, timings, _summarize_chunk, trace=trace)
+    generation = await start_generation(
+        state, make_iterator, timings, _summarize_chunk, trace=trace, receive=receive
+    )
     try:
         first = await generation.stream.__anext__()  # the model checks its input here
     except StopAsyncIteration:

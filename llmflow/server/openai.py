@@ -33,7 +33,7 @@ from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.server import openai_format
 from llmflow.server.errors import sse_error_event
-from llmflow.server.generation import Generation, Summary, start_generation
+from llmflow.server.generation import Generation, Summary, start_generation, wait_for_disconnect
 from llmflow.server.openai_format import StreamFormat
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
@@ -207,7 +207,9 @@ async def _answer(
         chunks = llm.stream_prepared(prepared, cancel)
         return chunks if trace is None else watch_chunks(trace, chunks, timings.arrived)
 
-    generation = await start_generation(state, make_iterator, timings, _summarize, cancel, trace)
+    generation = await start_generation(
+        state, make_iterator, timings, _summarize, cancel, trace, receive=request.receive
+    )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         fmt = StreamFormat(chat=chat, model=state.served.name, include_usage=include_usage)
@@ -265,7 +267,7 @@ async def _events(
 
 async def _collect(generation: Generation[Chunk], receive: Receive) -> Completion:
     """The whole answer; a client that disconnects meanwhile stops the generation."""
-    watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
+    watcher = asyncio.ensure_future(wait_for_disconnect(receive))
     watcher.add_done_callback(lambda task: task.cancelled() or generation.stream.stop())
     parts: list[str] = []
     try:
@@ -288,11 +290,6 @@ async def _collect(generation: Generation[Chunk], receive: Receive) -> Completio
 def _finish(timings: RequestTimings, final: Chunk) -> None:
     """The final chunk reached the client: the end of the request for its timings and metrics."""
     timings.finish(final.finish_reason.value if final.finish_reason else "stop", final.usage)
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def _log_stream_error(exc: Exception) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
+import anyio
 from sse_starlette import EventSourceResponse
 from starlette.types import Message, Receive, Scope, Send
 
@@ -35,6 +36,12 @@ class StreamResponse(EventSourceResponse):
             await send(message)
         else:
             await super()._send_with_timeout(send, message)
+
+    async def _listen_for_exit_signal_with_grace(self) -> None:
+        """Shutdown is the server's job (`runner.GracefulServer`): after its grace period it ends
+        the generations, so streams close with their final events. sse-starlette's own drain
+        would cut them mid-answer on SIGTERM."""
+        await anyio.sleep_forever()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

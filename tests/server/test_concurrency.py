@@ -140,3 +140,34 @@ def test_metrics_count_what_was_served(start_server, model_name):
     assert metric(text, "llmflow_inter_token_latency_seconds_count") >= 2 * 3  # chunks after the first
     assert metric(text, "llmflow_requests_finished_total", outcome="length") == 2
     assert metric(text, "llmflow_num_requests_running") == 0
+
+
+def test_a_client_that_leaves_the_queue_gets_nothing_generated(start_server, model_name):
+    with start_server(max_queue=2) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http:
+        running = OpenStream(http, model_name)
+        before = http.get("/metrics").text
+
+        def impatient() -> None:  # waits in the queue, gives up after half a second
+            body = {"model": model_name, **COUNTING, "max_tokens": 50, "stream": True}
+            with (
+                httpx.Client(base_url=server.url, timeout=0.5) as client,
+                contextlib.suppress(httpx.TimeoutException),
+            ):
+                client.post("/v1/completions", json=body)
+
+        leaver = threading.Thread(target=impatient)
+        leaver.start()
+        leaver.join()
+        deadline = time.monotonic() + TIMEOUT_S
+        while metric(text := http.get("/metrics").text, "llmflow_num_requests_waiting") != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert metric(text, "llmflow_num_requests_running") == 1  # the first stream still runs
+        running.close()
+        after = wait_until_idle(http)
+
+    finished = "llmflow_requests_finished_total"
+    assert sum(metric(after, finished, outcome=o) for o in ("stop", "length", "cancelled", "error")) == (
+        sum(metric(before, finished, outcome=o) for o in ("stop", "length", "cancelled", "error")) + 1
+    )  # only the first stream ever ran
+    assert metric(after, "llmflow_requests_total", endpoint="/v1/completions", status="499") == 1

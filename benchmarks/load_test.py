@@ -1,0 +1,180 @@
+"""Load: many streaming clients against one server with a bounded queue, on loopback.
+
+Each client sends streaming chat completions back to back for the whole duration. A refused
+request (429 or 503) must carry `Retry-After`; the client waits that long (capped) and goes on.
+Checked: zero 5xx other than 503-with-Retry-After, zero broken streams (every 200 stream ends
+with a finish chunk, a usage chunk and `[DONE]`, and no error event). Reported: TTFT p50/p99
+(request sent to first text delta), completion tokens/s and requests/s.
+
+    python benchmarks/load_test.py --clients 32 --duration 120 --max-queue 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_process import ServeProcess
+
+
+@dataclass
+class LoadResult:
+    clients: int = 0
+    seconds: float = 0.0
+    ok_streams: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+    refused_without_retry_after: int = 0
+    server_errors: int = 0
+    broken_streams: int = 0
+    problems: list[str] = field(default_factory=list)
+    completion_tokens: int = 0
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tokens_per_s: float = 0.0
+    requests_per_s: float = 0.0
+    ttfts: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.server_errors == 0
+            and self.broken_streams == 0
+            and self.refused_without_retry_after == 0
+            and self.ok_streams > 0
+        )
+
+
+PROMPTS = ("Say hello.", "Name three colours.", "What is 2 + 2?", "Write a haiku.", "Count to five.")
+
+
+async def _request(client: httpx.AsyncClient, model: str, max_tokens: int, r: LoadResult) -> float:
+    """One streamed chat completion; returns how long to wait before the next one."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": random.choice(PROMPTS)}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    sent = time.perf_counter()
+    async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        status = response.status_code
+        if status in (429, 503):
+            r.refused[str(status)] = r.refused.get(str(status), 0) + 1
+            retry_after = response.headers.get("retry-after")
+            await response.aread()
+            if retry_after is None:
+                r.refused_without_retry_after += 1
+                return 0.5
+            return min(float(retry_after), 2.0) * random.uniform(0.5, 1.0)
+        if status >= 500 or status != 200:
+            r.server_errors += status >= 500
+            r.problems.append(f"status {status}: {(await response.aread())[:200]!r}")
+            return 0.0
+        first: float | None = None
+        finished = usage = done = False
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                done = True
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                r.problems.append(f"error event: {event['error']}")
+                break
+            if event.get("usage"):
+                usage = True
+                r.completion_tokens += event["usage"]["completion_tokens"]
+            for choice in event.get("choices", []):
+                if choice["delta"].get("content") and first is None:
+                    first = time.perf_counter()
+                finished = finished or choice.get("finish_reason") is not None
+        if not (finished and usage and done):
+            r.broken_streams += 1
+            r.problems.append(f"broken stream: finish={finished} usage={usage} done={done}")
+            return 0.0
+        r.ok_streams += 1
+        if first is not None:
+            r.ttfts.append(first - sent)
+    return 0.0
+
+
+async def _client(url: str, model: str, args: argparse.Namespace, r: LoadResult, deadline: float) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=args.request_timeout) as client:
+        while time.monotonic() < deadline:
+            try:
+                pause = await _request(client, model, args.max_tokens, r)
+            except httpx.HTTPError as exc:
+                r.broken_streams += 1
+                r.problems.append(f"{type(exc).__name__}: {exc}")
+                pause = 0.0
+            if pause:
+                await asyncio.sleep(pause)
+
+
+def load(url: str, args: argparse.Namespace) -> LoadResult:
+    r = LoadResult(clients=args.clients)
+    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    start = time.monotonic()
+
+    async def main() -> None:
+        deadline = start + args.duration
+        await asyncio.gather(*(_client(url, model, args, r, deadline) for _ in range(args.clients)))
+
+    asyncio.run(main())
+    r.seconds = round(time.monotonic() - start, 1)
+    if r.ttfts:
+        ordered = sorted(r.ttfts)
+        r.ttft_p50_ms = round(statistics.median(ordered) * 1000, 1)
+        r.ttft_p99_ms = round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000, 1)
+    r.tokens_per_s = round(r.completion_tokens / r.seconds, 1)
+    r.requests_per_s = round(r.ok_streams / r.seconds, 2)
+    return r
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--duration", type=float, default=120, help="seconds during which clients send requests")
+    p.add_argument(
+        "--max-queue", type=int, default=8, help="the server queue bound"
+    )
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--request-timeout", type=float, default=120)
+    p.add_argument("--model", default=None, help="MODEL for llmflow serve (default: the embedded model)")
+    p.add_argument("--engine", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> LoadResult:
+    args = parse_args(argv)
+    random.seed(args.seed)
+    serve_args = ["--max-queue", str(args.max_queue)] + ([args.model] if args.model else [])
+    serve_args += ["--engine", args.engine] if args.engine else []
+    with ServeProcess(serve_args) as server:
+        result = load(server.url, args)
+    report = {k: v for k, v in asdict(result).items() if k != "ttfts"}
+    report["problems"] = report["problems"][:20]
+    report["ok"] = result.ok
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main().ok else 1)
