@@ -63,6 +63,8 @@ class SamplingParams(BaseModel):
         """Validate user input, raising `InvalidParams` that names every bad field at once."""
         if isinstance(values, SamplingParams):
             return values.model_copy(update=overrides) if overrides else values
+        if values is not None and not isinstance(values, Mapping):
+            raise InvalidParams.single("params", f"must be an object, not {type(values).__name__}")
         merged = {**(values or {}), **overrides}
         try:
             return cls.model_validate(merged)
@@ -73,6 +75,8 @@ class SamplingParams(BaseModel):
         """These params with `values` on top, validated."""
         if not values:
             return self
+        if not isinstance(values, Mapping):
+            raise InvalidParams.single("params", f"must be an object, not {type(values).__name__}")
         return SamplingParams.parse({**self.model_dump(), **values})
 
 

@@ -17,6 +17,9 @@ from llmflow.types import Message
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_MESSAGES = 1024
+#: bounds on what a template may compute (a chat template is untrusted input)
+MAX_TEMPLATE_ITEMS = 1_000_000
+MAX_TEMPLATE_POWER = 64
 
 
 def parse_messages(raw: Any, field_name: str = "messages") -> list[Message]:
@@ -99,6 +102,25 @@ def _sandbox() -> Any:
     from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
     class StrictSandbox(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            """No huge values from a template: `'x' * 10**9` or `9 ** 9 ** 9` would take the
+            server's memory or CPU (Jinja's sandbox already bounds `range`)."""
+            if operator == "**" and isinstance(right, int) and abs(right) > MAX_TEMPLATE_POWER:
+                raise SecurityError(f"exponents above {MAX_TEMPLATE_POWER} are not allowed")
+            if operator == "*":
+                for seq, n in ((left, right), (right, left)):
+                    if (
+                        isinstance(seq, (str, list, tuple))
+                        and isinstance(n, int)
+                        and len(seq) * n > MAX_TEMPLATE_ITEMS
+                    ):
+                        raise SecurityError(
+                            f"a repeated value above {MAX_TEMPLATE_ITEMS} items is not allowed"
+                        )
+            return super().call_binop(context, operator, left, right)
+
         def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
             raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__} is not allowed")
 
@@ -144,7 +166,7 @@ class ChatTemplate:
             raise InvalidMessages.single("messages", f"rejected by the chat template: {exc}") from None
         except SecurityError as exc:
             raise ChatTemplateError(f"the chat template tried something unsafe: {exc}") from None
-        except (TemplateError, TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        except (TemplateError, ArithmeticError, TypeError, ValueError, AttributeError, LookupError) as exc:
             raise ChatTemplateError(f"the chat template failed to render: {exc}") from None
 
 

@@ -61,7 +61,6 @@ class Generation(Generic[T]):
         if self._deadline is not None:
             self._deadline.cancel()
         self.state.admission.release()
-        self.state.active.discard(self)
         finish, prompt_tokens, completion_tokens = self._summarize(self.stream.last)
         self.timings.prompt_tokens = prompt_tokens
         self.timings.completion_tokens = completion_tokens
@@ -87,6 +86,7 @@ class Generation(Generic[T]):
             self.state.metrics.observe(self.timings)
             if self.trace is not None:  # begun by the worker; ended with the numbers of the metrics
                 self.trace.end(self.timings, self.stream.failure)
+            self.state.active.discard(self)  # last: once the gauge drops, the metrics are in
 
 
 async def start_generation(

@@ -28,7 +28,7 @@ from llmflow.observability import RequestTrace, tracing_wanted, watch_model_stre
 from llmflow.server import mlflow_scoring
 from llmflow.server.errors import error_body, error_response, llmflow_error_body
 from llmflow.server.generation import Generation, Summary, start_generation
-from llmflow.server.schemas import SSE_DESCRIPTION, error_responses
+from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.sse import DONE, StreamResponse, event
 from llmflow.server.state import ServerState, get_state
 from llmflow.server.timings import RequestTimings
@@ -64,7 +64,11 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "MLflow's JSON answer; with `stream: true`: " + SSE_DESCRIPTION,
         "content": {"application/json": {"schema": {}}, "text/event-stream": {"schema": {"type": "string"}}},
     },
-    **error_responses(400, 401, 404, 413, 415, 429, 503, 504),
+    **error_responses(401, 404, 413, 415, 429, 503, 504),
+    400: {
+        "model": ErrorResponse | MlflowErrorResponse,
+        "description": "a bad request; the model's own refusals keep MLflow's shape",
+    },
 }
 
 

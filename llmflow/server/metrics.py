@@ -85,7 +85,9 @@ class ServerMetrics:
         self.finished = Counter(
             "llmflow_requests_finished", "Generations ended, by how they ended", ["outcome"], registry=r
         )
-        Gauge("llmflow_num_requests_running", "Generations running now", registry=r).set_function(running)
+        Gauge("llmflow_num_requests_running", "Requests admitted and not over yet", registry=r).set_function(
+            running
+        )
         Gauge("llmflow_num_requests_waiting", "Requests waiting for a place", registry=r).set_function(
             waiting
         )

@@ -110,16 +110,19 @@ class ResponseCounterMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = 500
+        path = scope["path"]
+        endpoint = path if path in self._known_paths() else "other"
+        started = False
 
-        async def send_and_note(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
+        async def count_and_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start" and not started:
+                started = True  # counted before the client can see the answer
+                self._count(endpoint, message["status"])
             await send(message)
 
         try:
-            await self.app(scope, receive, send_and_note)
+            await self.app(scope, receive, count_and_send)
         finally:
-            path = scope["path"]
-            self._count(path if path in self._known_paths() else "other", status)
+            if not started:  # failed before answering: the server error handler's 500
+                self._count(endpoint, 500)

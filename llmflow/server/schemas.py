@@ -148,6 +148,13 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+class MlflowErrorResponse(BaseModel):
+    """What MLflow's scoring server answers when the model refuses its input (/invocations)."""
+
+    error_code: str
+    message: str
+
+
 SSE_DESCRIPTION = (
     "With `stream: true`: `text/event-stream`, one `data: {chunk}` event per delta, then `data: [DONE]`. "
     'An error after streaming began is sent as `data: {"error": {...}}` followed by `data: [DONE]`.'

@@ -45,11 +45,12 @@ class ServerState:
     def build(cls, served: ServedModel, settings: ServerSettings) -> ServerState:
         max_running = settings.max_running or served.max_concurrency
         admission = Admission(max_running, settings.max_queue, settings.retry_after_s)
-        metrics = ServerMetrics(running=lambda: admission.running, waiting=lambda: admission.waiting)
+        active: set[Generation] = set()  # until a generation is over on both sides (worker, response)
+        metrics = ServerMetrics(running=lambda: len(active), waiting=lambda: admission.waiting)
         engine_stats = getattr(served.llm.engine, "stats", None) if served.llm is not None else None
         if callable(engine_stats):
             metrics.watch_engine(engine_stats)
-        return cls(served, settings, admission, metrics)
+        return cls(served, settings, admission, metrics, active=active)
 
     @property
     def executor(self) -> ThreadPoolExecutor:

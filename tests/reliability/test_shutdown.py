@@ -31,15 +31,19 @@ def test_sigterm_ends_running_streams_cleanly():
         reader.start()
         assert first_token.wait(120)
         server.terminate()
+        terminated = time.monotonic()
         time.sleep(0.3)
         with pytest.raises(httpx.TransportError):  # no longer accepting
             httpx.get(f"{server.url}/health", timeout=5)
         reader.join(60)
         assert not reader.is_alive()
-        assert server.wait(60) == 0
+        streamed_on_s = time.monotonic() - terminated
+        assert server.wait(60) in (0, -15)  # uvicorn re-raises the SIGTERM it handled
     events = [line[6:] for line in lines if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     finish = json.loads(events[-2])
-    assert finish["choices"][0]["finish_reason"] in ("stop", "length")
+    assert finish["choices"][0]["finish_reason"] in ("stop", "length", "cancelled")
+    if finish["choices"][0]["finish_reason"] == "cancelled":  # ended by the server: after the grace
+        assert streamed_on_s >= 0.9
     for event in events[:-1]:
         json.loads(event)  # every event is whole
