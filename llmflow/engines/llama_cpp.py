@@ -36,6 +36,12 @@ class LlamaCppOptions(BaseModel):
     n_gpu_layers: int = Field(0, ge=-1, description="layers to offload to a GPU; -1 = all")
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="default RNG seed")
     verbose: bool = False
+    prompt_cache: bool = Field(
+        False,
+        description="reuse the KV cache of a shared prompt prefix: a faster first token in long "
+        "chats, but llama.cpp's numbers then depend on how the prompt was split, so greedy answers "
+        "to the same request may differ slightly from call to call",
+    )
 
     @classmethod
     def parse(cls, options: dict[str, Any]) -> LlamaCppOptions:
@@ -120,6 +126,8 @@ class LlamaCppEngine:
         seed = params.seed if params.seed is not None else self.options.seed
         llama.set_seed(seed if seed is not None else 0xFFFFFFFF)
         room = self.n_ctx - len(prompt_ids)
+        if not self.options.prompt_cache:
+            llama.reset()  # evaluate the whole prompt: the same request gives the same numbers
         tokens = llama.generate(
             prompt_ids,
             top_k=params.top_k,

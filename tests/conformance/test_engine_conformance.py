@@ -215,3 +215,12 @@ def test_chat_messages_and_system_prompt(llm):
     assert "You are terse." in rendered
     result = llm.generate(messages, {"temperature": 0.0, "max_tokens": 8}, system_prompt="You are terse.")
     assert result.usage.completion_tokens >= 1
+
+
+def test_greedy_answer_does_not_depend_on_the_previous_request(llm):
+    """The same request right after itself (prompt fully cached) and after another prompt."""
+    first = llm.generate(JAPANESE, GREEDY)
+    again = llm.generate(JAPANESE, GREEDY)
+    llm.generate(ENGLISH, {"temperature": 0.0, "max_tokens": 4})
+    after_other = llm.generate(JAPANESE, GREEDY)
+    assert first == again == after_other
