@@ -147,9 +147,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--duration", type=float, default=120, help="seconds during which clients send requests")
-    p.add_argument(
-        "--max-queue", type=int, default=8, help="the server queue bound"
-    )
+    p.add_argument("--max-queue", type=int, default=8, help="the server queue bound")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--request-timeout", type=float, default=120)
     p.add_argument("--model", default=None, help="MODEL for llmflow serve (default: the embedded model)")

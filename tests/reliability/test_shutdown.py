@@ -32,9 +32,11 @@ def test_sigterm_ends_running_streams_cleanly():
         assert first_token.wait(120)
         server.terminate()
         terminated = time.monotonic()
-        time.sleep(0.3)
-        with pytest.raises(httpx.TransportError):  # no longer accepting
-            httpx.get(f"{server.url}/health", timeout=5)
+        with pytest.raises(httpx.TransportError):  # soon no longer accepting
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                httpx.get(f"{server.url}/health", timeout=5)
+                time.sleep(0.1)
         reader.join(60)
         assert not reader.is_alive()
         streamed_on_s = time.monotonic() - terminated
