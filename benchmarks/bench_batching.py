@@ -86,7 +86,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--n-ctx", type=int, default=1024, help="each stream's context window")
-    parser.add_argument("--parallel", type=int, default=None, help="batched sequences; default: top level")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        help="batched sequences; default: the top level, so all are batched",
+    )
     parser.add_argument("--prefill-chunk", type=int, default=None, help="batched engine option")
     parser.add_argument("--ceiling-tokens", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=1)
@@ -269,7 +274,8 @@ def write_results(runs, rounds, ceiling: float, args, model: Path, parallel: int
     out.mkdir(parents=True, exist_ok=True)
     checks = {label: target_check(doc, ceiling) for label, doc in runs}
     title = (
-        f"{model.name}, {args.threads} threads, {args.prompt_tokens} prompt / {args.max_tokens} output "
+        f"{model.name}, {args.threads} thread{'s' if args.threads != 1 else ''}, "
+        f"{args.prompt_tokens} prompt / {args.max_tokens} output "
         f"tokens, batched engine with {parallel} sequences"
     )
     document = {
@@ -357,9 +363,10 @@ def plot(runs, ceiling: float, path: Path, title: str) -> None:
         xs = sorted({lv["concurrency"] for _, doc in runs for lv in doc["levels"]})
         axis.set_xticks(xs, [str(x) for x in xs])
         axis.minorticks_off()
-        axis.set_ylim(bottom=0)
         axis.grid(True, alpha=0.3)
-    ttft.set_yscale("symlog")
+    rate.set_ylim(bottom=0)
+    itl.set_ylim(bottom=0)
+    ttft.set_yscale("log")
     rate.legend(fontsize=8)
     figure.suptitle(title)
     figure.savefig(path, dpi=110)
