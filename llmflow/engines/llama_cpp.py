@@ -51,7 +51,30 @@ class LlamaCppOptions(BaseModel):
             raise InvalidParams(problems_from_validation(exc)) from None
 
 
-class LlamaCppEngine:
+class VocabMethods:
+    """The engine methods that only read the model's vocabulary, shared by both llama.cpp engines."""
+
+    _vocab: LlamaVocab
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return self._vocab.eos_token_ids
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self._vocab.metadata)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._vocab.tokenize(text)
+
+    def chat_template(self) -> ChatTemplate | None:
+        return self._vocab.chat_template()
+
+    def detokenizer(self) -> Detokenizer:
+        return self._vocab.detokenizer()
+
+
+class LlamaCppEngine(VocabMethods):
     """One llama.cpp model and context. Generations run one at a time (callers serialise);
     the KV cache keeps the previous prompt, so a shared prefix is not computed twice."""
 
@@ -101,23 +124,6 @@ class LlamaCppEngine:
     @property
     def n_ctx(self) -> int:
         return self._llama.n_ctx()
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return self._vocab.eos_token_ids
-
-    @property
-    def metadata(self) -> dict[str, str]:
-        return dict(self._vocab.metadata)
-
-    def tokenize(self, text: str) -> list[int]:
-        return self._vocab.tokenize(text)
-
-    def chat_template(self) -> ChatTemplate | None:
-        return self._vocab.chat_template()
-
-    def detokenizer(self) -> Detokenizer:
-        return self._vocab.detokenizer()
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken

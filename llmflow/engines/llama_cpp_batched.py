@@ -16,12 +16,17 @@ from typing import Any, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from llmflow.engines.llama_cpp import LlamaCppOptions, LlamaVocab, gguf_file, import_llama_cpp, usable_cores
+from llmflow.engines.llama_cpp import (
+    LlamaCppOptions,
+    LlamaVocab,
+    VocabMethods,
+    gguf_file,
+    import_llama_cpp,
+    usable_cores,
+)
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
 from llmflow.errors import EngineFailed, InvalidParams, ModelNotFound
 from llmflow.params import SamplingParams
-from llmflow.prompts import ChatTemplate
-from llmflow.streaming.detokenizer import Detokenizer
 from llmflow.types import CancelToken
 
 #: the default number of sequences keeps their KV cache within about this many bytes
@@ -56,7 +61,7 @@ class LlamaCppBatchedOptions(LlamaCppOptions):
         return value
 
 
-class LlamaCppBatchedEngine:
+class LlamaCppBatchedEngine(VocabMethods):
     """A GGUF model that decodes up to `max_concurrency` generations in one batch per step.
 
     `generate` may be called from many threads at once; beyond `max_concurrency` a generation
@@ -109,23 +114,6 @@ class LlamaCppBatchedEngine:
     def n_ctx(self) -> int:
         """Each generation's context window."""
         return self._backend.n_ctx_seq
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return self._vocab.eos_token_ids
-
-    @property
-    def metadata(self) -> dict[str, str]:
-        return dict(self._vocab.metadata)
-
-    def tokenize(self, text: str) -> list[int]:
-        return self._vocab.tokenize(text)
-
-    def chat_template(self) -> ChatTemplate | None:
-        return self._vocab.chat_template()
-
-    def detokenizer(self) -> Detokenizer:
-        return self._vocab.detokenizer()
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
