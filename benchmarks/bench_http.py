@@ -23,23 +23,24 @@ import json
 import platform
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 from openai import OpenAI
 
 from llmflow import LLM
 from llmflow.engines.llama_cpp import usable_cores
 from llmflow.model_files import resolve_model_path
 from llmflow.server.served import pyfunc_for_llm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_process import started
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 N_CTX = 4096
@@ -117,34 +118,6 @@ def server_command(name: str, model: Path, threads: int, port: int) -> list[str]
         "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),
         "--n_threads_batch", str(threads), "--n_ctx", str(N_CTX), "--verbose", "False",
     ]  # fmt: skip
-
-
-@contextmanager
-def started(name: str, command: list[str], port: int, logs: Path) -> Iterator[str]:
-    """Run a server until the block ends; yield its OpenAI base URL once it answers."""
-    log = logs / f"{name}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"{name} exited with {process.returncode}:\n{log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2, trust_env=False).is_success:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{name} did not start:\n{log.read_text()[-2000:]}")
-            time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 # -- running and reporting ------------------------------------------------------------------------

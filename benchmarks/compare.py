@@ -20,21 +20,19 @@ import json
 import platform
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from llmflow.bench import BenchOptions, markdown_table, plot, run_bench, write_json
 from llmflow.bench.driver import parse_list
 from llmflow.engines.llama_cpp import usable_cores
 from llmflow.model_files import default_model_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_process import started
 
 N_CTX = 4096
 
@@ -69,34 +67,6 @@ def free_port_pair() -> int:
             except OSError:
                 continue
     raise RuntimeError("no two consecutive free ports")
-
-
-@contextmanager
-def started(name: str, command: list[str], port: int, logs: Path) -> Iterator[str]:
-    """Run a server until the block ends; yield its OpenAI base URL once it answers."""
-    log = logs / f"{name}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"{name} exited with {process.returncode}:\n{log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2, trust_env=False).is_success:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{name} did not start:\n{log.read_text()[-2000:]}")
-            time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def run_level(url: str, concurrency: int, args: argparse.Namespace, model: Path) -> dict[str, Any]:
@@ -152,7 +122,7 @@ def main() -> None:
     with ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         urls = {
-            name: stack.enter_context(started(name, commands[name], port + i, logs))
+            name: stack.enter_context(started(name, commands[name], port + i, logs, timeout_s=180))
             for i, name in enumerate(names)
         }
         for r in range(args.rounds):

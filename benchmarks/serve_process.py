@@ -10,7 +10,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 
@@ -106,3 +108,32 @@ class ServeProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def started(name: str, command: list[str], port: int, logs: Path, timeout_s: float = 300) -> Iterator[str]:
+    """Run a server command (any OpenAI-compatible server) until the block ends; yield its base URL
+    once `/v1/models` answers. Its output goes to `logs/<name>.log`."""
+    log = logs / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None:
+                raise SystemExit(f"{name} exited with {process.returncode}:\n{log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2, trust_env=False).is_success:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name} did not start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
