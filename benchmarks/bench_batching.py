@@ -59,7 +59,7 @@ def main() -> None:
     parallel = args.parallel or max(levels)
     started = dt.datetime.now(dt.timezone.utc)
 
-    ceiling = prompt_processing_rate(model, args)
+    ceiling = in_own_thread(prompt_processing_rate, model, args)
     print(f"batched-compute ceiling: {ceiling:.1f} prompt tokens/s", file=sys.stderr)
     rounds: dict[str, list[dict[str, Any]]] = {}
     for r in range(args.rounds):
@@ -108,6 +108,16 @@ def engine_options(name: str, parallel: int, args: argparse.Namespace) -> dict[s
         if args.prefill_chunk:
             options["prefill_chunk"] = args.prefill_chunk
     return options
+
+
+def in_own_thread(function, *args):
+    """`function(*args)` in a thread that then ends. llama.cpp built with OpenMP keeps a team of
+    threads for every thread that ever computed, until that thread ends; with more of them than
+    cores, libgomp stops spinning and every later step of every engine pays thread wake-ups."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as executor:
+        return executor.submit(function, *args).result()
 
 
 def prompt_processing_rate(model: Path, args: argparse.Namespace, runs: int = 3) -> float:

@@ -74,10 +74,16 @@ class LLM:
         post_prompt: str = "",
         default_params: Mapping[str, Any] | SamplingParams | None = None,
         system_prompt: str | None = None,
+        concurrent: bool = False,
     ) -> LLM:
-        """Load a model file or directory (the embedded default when `model` is None)."""
+        """Load a model file or directory (the embedded default when `model` is None).
+
+        `concurrent=True`: generations will come from several threads at once, so when no
+        `engine` is named, pick one that decodes them together (for a GGUF file,
+        `llama_cpp_batched`) rather than one at a time."""
         path = resolve_model_path(model)
-        loaded = load_engine(engine or guess_engine(path), path, dict(engine_options or {}))
+        name = engine or guess_engine(path, concurrent=concurrent)
+        loaded = load_engine(name, path, dict(engine_options or {}))
         prompt_format: PromptFormat | None = None
         if prompt_map is not None:
             prompt_format = PromptMap(dict(prompt_map), pre_prompt, post_prompt)

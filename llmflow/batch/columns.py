@@ -33,9 +33,7 @@ def input_columns(columns: Sequence[str], prompt_column: str | None = None) -> I
                 f"the input has no column {prompt_column!r}; its columns: {', '.join(columns)}"
             )
         return InputColumns(prompt_column, None)
-    found = InputColumns(
-        PROMPT if PROMPT in columns else None, MESSAGES if MESSAGES in columns else None
-    )
+    found = InputColumns(PROMPT if PROMPT in columns else None, MESSAGES if MESSAGES in columns else None)
     if found.prompt is None and found.messages is None:
         raise BatchFileError(
             "the input has no `prompt` or `messages` column; name the prompt column with "

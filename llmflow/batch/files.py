@@ -18,14 +18,20 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import Column, DataFrame, SparkSession
 
-FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
-           ".json": "json"}
+FORMATS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".json": "json",
+}
 #: CSV as pandas writes it: quotes doubled, newlines inside quoted cells
 _SPARK_CSV = {"header": True, "multiLine": True, "escape": '"'}
 
 
 def file_format(path: str) -> str:
-    """"parquet", "csv" or "json" (JSON lines), from the extension of `path`."""
+    """ "parquet", "csv" or "json" (JSON lines), from the extension of `path`."""
     suffix = PurePosixPath(path.rstrip("/")).suffix.lower()
     fmt = FORMATS.get(suffix)
     if fmt is None:

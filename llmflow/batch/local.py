@@ -104,8 +104,14 @@ def _progress(total: int, show: bool) -> Iterator[Callable[[int], None]]:
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn("answering"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TimeRemainingColumn(), TextColumn("{task.fields[rate]}"))
+    columns = (
+        TextColumn("answering"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[rate]}"),
+    )
     start = time.perf_counter()
     tokens = 0
     with Progress(*columns, console=Console(stderr=True)) as bar:

@@ -21,8 +21,7 @@ def model_uri(model: str, workdir: Path, *, copy_weights: bool = False) -> str:
     path = Path(model).expanduser()
     if not path.exists():
         raise ModelNotFound(
-            f"{model!r} is neither a model URI (runs:/..., models:/...) nor an existing file or "
-            "directory"
+            f"{model!r} is neither a model URI (runs:/..., models:/...) nor an existing file or directory"
         )
     if (path / MLMODEL).is_file():
         return str(path.resolve())

@@ -67,8 +67,18 @@ def batch(
         if spark is None:
             summary = _run_local(model, input, output, prompt_column, model_params, threads, Path(workdir))
         else:
-            summary = _run_spark(spark, model, input, output, prompt_column, model_params, partitions,
-                                 threads, overwrite, Path(workdir))
+            summary = _run_spark(
+                spark,
+                model,
+                input,
+                output,
+                prompt_column,
+                model_params,
+                partitions,
+                threads,
+                overwrite,
+                Path(workdir),
+            )
     typer.secho(summary.line(), err=True, dim=True)
     typer.echo(output)
 
@@ -94,8 +104,15 @@ def parse_params(items: list[str]) -> dict[str, Any]:
     return parsed
 
 
-def _run_local(model: str, input: str, output: str, prompt_column: str | None, params: dict[str, Any],
-               threads: int | None, workdir: Path) -> Any:
+def _run_local(
+    model: str,
+    input: str,
+    output: str,
+    prompt_column: str | None,
+    params: dict[str, Any],
+    threads: int | None,
+    workdir: Path,
+) -> Any:
     from llmflow.batch.columns import input_columns
     from llmflow.batch.files import read_frame, write_frame
     from llmflow.batch.local import run_local
@@ -108,9 +125,18 @@ def _run_local(model: str, input: str, output: str, prompt_column: str | None, p
     return summary
 
 
-def _run_spark(master: str, model: str, input: str, output: str, prompt_column: str | None,
-               params: dict[str, Any], partitions: int | None, threads: int | None, overwrite: bool,
-               workdir: Path) -> Any:
+def _run_spark(
+    master: str,
+    model: str,
+    input: str,
+    output: str,
+    prompt_column: str | None,
+    params: dict[str, Any],
+    partitions: int | None,
+    threads: int | None,
+    overwrite: bool,
+    workdir: Path,
+) -> Any:
     from llmflow.batch.models import model_uri
     from llmflow.batch.spark_job import run_spark_job
     from llmflow.spark.session import start_session
@@ -121,8 +147,17 @@ def _run_spark(master: str, model: str, input: str, output: str, prompt_column: 
 
     try:
         uri = model_uri(model, workdir, copy_weights=local_slots(master) is None)
-        return run_spark_job(session, uri, input, output, params, prompt_column=prompt_column,
-                             partitions=partitions, threads=threads, overwrite=overwrite)
+        return run_spark_job(
+            session,
+            uri,
+            input,
+            output,
+            params,
+            prompt_column=prompt_column,
+            partitions=partitions,
+            threads=threads,
+            overwrite=overwrite,
+        )
     except AnalysisException as exc:  # a path that does not exist, a type the format cannot hold
         raise BatchFileError(str(exc).splitlines()[0]) from None
     finally:

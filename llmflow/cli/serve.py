@@ -59,10 +59,26 @@ def serve(
     shutdown_grace: Annotated[
         float, typer.Option(help="on SIGTERM, seconds running streams may go on before they are ended")
     ] = 10.0,
-    engine: Annotated[str | None, typer.Option(help="engine for a model file (default: guessed)")] = None,
+    parallel: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="generations decoded together in one batch (GGUF models); beyond, requests wait in "
+            "the queue; default: from the context size and the cores",
+            show_default=False,
+        ),
+    ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            help="engine (default: guessed; a GGUF model gets llama_cpp_batched, which batches "
+            "concurrent requests)",
+            show_default=False,
+        ),
+    ] = None,
     engine_option: Annotated[
         list[str] | None,
-        typer.Option(help="engine load option KEY=VALUE for a model file, e.g. n_threads=2 (repeatable)"),
+        typer.Option(help="engine load option KEY=VALUE, e.g. n_threads=2 (repeatable)"),
     ] = None,
     tracing: Annotated[
         bool | None,
@@ -97,7 +113,11 @@ def serve(
             tracing=tracing,
         )
         served = load_served(
-            model, name=model_name, engine=engine, engine_options=parse_engine_options(engine_option or [])
+            model,
+            name=model_name,
+            engine=engine,
+            engine_options=parse_engine_options(engine_option or []),
+            parallel=parallel,
         )
         app = create_app(served, settings)
     _warn_if_exposed(host, key)

@@ -51,7 +51,13 @@ def guess_engine(model_path: Path, *, concurrent: bool = False) -> str:
     caller runs generations from several threads at once (a server), so prefer an engine that
     batches them."""
     name = _guess(model_path)
-    return _BATCHING.get(name, name) if concurrent else name
+    return batching_engine(name) if concurrent else name
+
+
+def batching_engine(name: str) -> str:
+    """The engine that batches concurrent generations of the models `name` loads (`name` itself
+    when there is none)."""
+    return _BATCHING.get(name, name)
 
 
 def _guess(model_path: Path) -> str:
@@ -79,6 +85,7 @@ def _is_exl2_dir(model_path: Path) -> bool:
 __all__ = [
     "DEFAULT_ENGINE",
     "Engine",
+    "batching_engine",
     "engine_class",
     "engine_names",
     "guess_engine",

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from llmflow.engines.compute_thread import ComputeThread
 from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
 from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.prompts import ChatTemplate
@@ -90,6 +91,8 @@ class LlamaCppEngine(VocabMethods):
         self._model_path = model_path
         self.options = options
         self._vocab = LlamaVocab(llama._model, llama.metadata)
+        #: where every forward pass runs, whichever thread asks (see `compute_thread`)
+        self.compute = ComputeThread("llmflow-llama-cpp")
 
     @classmethod
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppEngine:
@@ -128,10 +131,15 @@ class LlamaCppEngine(VocabMethods):
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
     ) -> Iterator[int]:
+        return self.compute.iterate(lambda: self._generate(prompt_ids, params, cancel), cancel)
+
+    def _generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+    ) -> Iterator[int]:
         llama = self._llama
         seed = params.seed if params.seed is not None else self.options.seed
         llama.set_seed(seed if seed is not None else 0xFFFFFFFF)
-        room = self.n_ctx - len(prompt_ids)
+        limit = min(params.max_tokens, self.n_ctx - len(prompt_ids))
         if not self.options.prompt_cache:
             llama.reset()  # evaluate the whole prompt: the same request gives the same numbers
         tokens = llama.generate(
@@ -146,12 +154,13 @@ class LlamaCppEngine(VocabMethods):
             # Check between tokens: resuming `tokens` is what decodes the next one.
             for produced, token in enumerate(tokens, 1):
                 yield token
-                if produced >= room or cancel.cancelled:
+                if produced >= limit or cancel.cancelled:
                     return
         finally:
             tokens.close()
 
     def close(self) -> None:
+        self.compute.close()
         self._llama.close()
 
 

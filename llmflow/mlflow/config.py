@@ -113,4 +113,3 @@ def params_to_config(params: SamplingParams) -> dict[str, Any]:
     data = params.model_dump()
     data["stop"] = list(params.stop)
     return data
-

@@ -70,8 +70,13 @@ def _progress(label: str, size: int, show: bool | None) -> Iterator[Callable[[in
         TransferSpeedColumn,
     )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-               TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console) as bar:
         task = bar.add_task(label, total=size)
         yield lambda n: bar.advance(task, n)

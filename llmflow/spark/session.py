@@ -21,9 +21,7 @@ def start_session(master: str, app_name: str = "llmflow batch") -> SparkSession:
     try:
         from pyspark.sql import SparkSession
     except ImportError:
-        raise SparkUnavailable(
-            "--spark needs pyspark: pip install 'llmflow[spark]' (and Java 17)"
-        ) from None
+        raise SparkUnavailable("--spark needs pyspark: pip install 'llmflow[spark]' (and Java 17)") from None
     if not java_available():
         raise SparkUnavailable(
             "Spark needs Java 17 and there is no `java` here: install a JRE "

@@ -64,9 +64,25 @@ def test_chat_with_a_model_logged_by_llmflow_log(tmp_path):
     store = Store.create(tmp_path / "store", experiment="cli")
     env = {**ENV, "MLFLOW_TRACKING_URI": store.uri}
     logged = subprocess.run(
-        [sys.executable, "-m", "llmflow", "log", "--experiment", "cli", "--registered-model-name", "cli-smol",
-         "--param", "max_tokens=5", "--system-prompt", "Be brief."],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "llmflow",
+            "log",
+            "--experiment",
+            "cli",
+            "--registered-model-name",
+            "cli-smol",
+            "--param",
+            "max_tokens=5",
+            "--system-prompt",
+            "Be brief.",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert logged.returncode == 0, logged.stderr[-2000:]
     uri = logged.stdout.strip().splitlines()[-1]

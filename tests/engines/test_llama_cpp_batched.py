@@ -213,3 +213,18 @@ def test_default_parallel_follows_context_size_and_cores():
     assert default_parallel(4096, per_token, cores=1) == 4
     assert default_parallel(32_768, per_token, cores=16) == 1
     assert default_parallel(8192, per_token, cores=16) == 5
+
+
+def test_concurrent_callers_get_the_batching_engine():
+    from llmflow import LLM
+
+    llm = LLM.load(concurrent=True, engine_options={"n_ctx": 256, "n_threads": 1, "parallel": 2})
+    try:
+        assert llm.engine.name == "llama_cpp_batched" and llm.engine.max_concurrency == 2
+    finally:
+        llm.close()
+    llm = LLM.load(engine_options={"n_ctx": 256, "n_threads": 1})
+    try:
+        assert llm.engine.name == "llama_cpp"
+    finally:
+        llm.close()

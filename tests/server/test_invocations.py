@@ -12,6 +12,8 @@ from mlflow.pyfunc import scoring_server
 from starlette.testclient import TestClient
 
 import llmflow.mlflow
+from llmflow.errors import InvalidParams
+from llmflow.model_files import default_model_path
 from llmflow.server import ServerSettings, create_app, load_served
 from llmflow.server.runner import BackgroundServer
 from tests.mlflow.store import Store, using
@@ -186,3 +188,37 @@ def test_serves_a_registered_llmflow_model_on_every_route(registry):
             )
     finally:
         served.llm.close()
+
+
+def test_a_logged_llama_cpp_model_is_served_with_the_batching_engine(registry):
+    with using(registry):
+        served = load_served("models:/chat/1", parallel=3, engine_options={"n_ctx": 512, "n_threads": 1})
+    try:
+        assert served.engine_name == "llama_cpp_batched" and served.max_concurrency == 3
+        assert served.llm.engine.n_ctx == 512
+    finally:
+        served.llm.close()
+    with using(registry):
+        served = load_served("models:/chat/1", engine="llama_cpp", engine_options={"n_threads": 1})
+    try:
+        assert served.engine_name == "llama_cpp" and served.max_concurrency == 1
+    finally:
+        served.llm.close()
+
+
+def test_a_gguf_file_is_served_with_the_batching_engine():
+    served = load_served(str(default_model_path()), engine_options={"n_ctx": 512, "n_threads": 1}, parallel=2)
+    try:
+        assert served.engine_name == "llama_cpp_batched" and served.max_concurrency == 2
+    finally:
+        served.llm.close()
+
+
+def test_parallel_needs_a_batching_engine_and_engine_choices_an_llmflow_model(tmp_path):
+    with pytest.raises(InvalidParams, match="one generation at a time"):
+        load_served(str(default_model_path()), engine="llama_cpp", parallel=2)
+    path = str(tmp_path / "echo")
+    save_and_load(path)
+    for overrides in ({"parallel": 2}, {"engine": "llama_cpp"}, {"engine_options": {"n_ctx": 512}}):
+        with pytest.raises(InvalidParams, match="llmflow models and model files only"):
+            load_served(path, **overrides)

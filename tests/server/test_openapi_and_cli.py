@@ -102,6 +102,9 @@ def test_serve_help_and_bad_options():
     assert "--api-key" in runner.invoke(cli, ["serve", "--help"]).output
     result = runner.invoke(cli, ["serve", "--engine-option", "oops"])
     assert result.exit_code == 2 and "KEY=VALUE" in result.output
+    assert runner.invoke(cli, ["serve", "--parallel", "0"]).exit_code == 2
+    result = runner.invoke(cli, ["serve", "--engine", "llama_cpp", "--parallel", "2"])
+    assert result.exit_code == 2 and "one generation at a time" in result.output
 
 
 def _free_port() -> int:
@@ -124,6 +127,8 @@ def test_llmflow_serve_runs_a_server_with_the_key_from_the_environment(tmp_path)
         "smol",
         "--engine-option",
         "n_ctx=512",
+        "--parallel",
+        "3",
         "--log-level",
         "warning",
     ]
@@ -149,6 +154,10 @@ def test_llmflow_serve_runs_a_server_with_the_key_from_the_environment(tmp_path)
             timeout=TIMEOUT_S,
         )
         assert answer.status_code == 200 and answer.json()["model"] == "smol"
+        version = httpx.get(f"{url}/version", headers={"Authorization": "Bearer from-env"}).json()
+        assert version["engine"] == "llama_cpp_batched"  # a server batches concurrent requests
+        metrics = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer from-env"}).text
+        assert "llmflow_engine_free_sequences 3.0" in metrics  # --parallel 3, all free again
     finally:
         process.terminate()
         process.wait(30)

@@ -83,4 +83,3 @@ def in_process(spark_model: LoggedModel) -> Iterator:
     llm = llmflow.mlflow.find_llm(model)
     if llm is not None:
         llm.close()
-

@@ -68,8 +68,20 @@ def test_spark_batch_writes_the_same_answers(prompts, local_answers, tmp_path):
     out = tmp_path / "answers.parquet"
     log = tmp_path / "loads.jsonl"
     env = {**os.environ, **SPARK_ENV, "LLMFLOW_LOAD_LOG": str(log)}
-    command = [sys.executable, "-m", "llmflow", "batch", str(default_model_path()), str(prompts), str(out),
-               "--spark", MASTER, "--partitions", "3", *PARAMS]
+    command = [
+        sys.executable,
+        "-m",
+        "llmflow",
+        "batch",
+        str(default_model_path()),
+        str(prompts),
+        str(out),
+        "--spark",
+        MASTER,
+        "--partitions",
+        "3",
+        *PARAMS,
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "5 rows (1 with an error)" in done.stderr
@@ -103,8 +115,18 @@ def test_csv_in_jsonl_out(tmp_path):
     pd.DataFrame({"question": ["Hi!", "NA"]}).to_csv(source, index=False)
     out = tmp_path / "out.jsonl"
     result = CliRunner().invoke(
-        app, ["batch", str(default_model_path()), str(source), str(out), "--prompt-column", "question",
-              "-p", "max_tokens=2", *ONE_THREAD]
+        app,
+        [
+            "batch",
+            str(default_model_path()),
+            str(source),
+            str(out),
+            "--prompt-column",
+            "question",
+            "-p",
+            "max_tokens=2",
+            *ONE_THREAD,
+        ],
     )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -137,7 +159,7 @@ def test_bad_batch_input_exits_with_a_message(tmp_path, monkeypatch, args, words
 
 
 def test_params_are_json_or_text():
-    assert parse_params(["temperature=0", "stop_sequences=[\"a\", \"b\"]", "system_prompt=Be brief."]) == {
+    assert parse_params(["temperature=0", 'stop_sequences=["a", "b"]', "system_prompt=Be brief."]) == {
         "temperature": 0,
         "stop_sequences": ["a", "b"],
         "system_prompt": "Be brief.",

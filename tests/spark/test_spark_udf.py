@@ -92,7 +92,10 @@ def test_plain_spark_udf_as_in_the_readme(spark, spark_model, in_process):
     with using(spark_model.store):
         text = mlflow.pyfunc.spark_udf(spark, spark_model.uri, params=params)
         struct = mlflow.pyfunc.spark_udf(
-            spark, spark_model.uri, result_type=SPARK_RESULT_TYPE, env_manager="local",
+            spark,
+            spark_model.uri,
+            result_type=SPARK_RESULT_TYPE,
+            env_manager="local",
             params={**params, "result": "struct"},
         )
     frame = spark.createDataFrame([(p,) for p in PROMPTS[:4]], ["prompt"]).coalesce(1)
@@ -124,14 +127,21 @@ def test_the_engine_loads_once_per_python_worker(spark, spark_model, tmp_path):
     assert all(n == 1 for n in loads.values()), events  # never a second load in a worker
     assert all(e["spark_task"] and e["threads"] == threads_per_task(spark) for e in events)
 
+
 def test_threads_per_task_share_the_cores(spark):
     assert threads_per_task(spark) == max(1, usable_cores() // 2)  # local[2]: two tasks at once
 
 
 @pytest.mark.parametrize(
     ("master", "slots"),
-    [("local", 1), ("local[2]", 2), ("local[4, 3]", 4), ("local[*]", usable_cores()), ("yarn", None),
-     ("spark://host:7077", None)],
+    [
+        ("local", 1),
+        ("local[2]", 2),
+        ("local[4, 3]", 4),
+        ("local[*]", usable_cores()),
+        ("yarn", None),
+        ("spark://host:7077", None),
+    ],
 )
 def test_local_slots(master, slots):
     assert local_slots(master) == slots
@@ -145,4 +155,3 @@ def test_messages_as_an_array_of_structs(spark, spark_model, in_process):
         answer = answer_udf(spark, spark_model.uri, result="text")
     [row] = frame.select(answer(messages=F.col("messages")).alias("answer")).collect()
     assert row["answer"] == in_process.predict({"messages": CHAT})[0]
-
