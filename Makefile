@@ -20,6 +20,7 @@ demo: install
 
 lint: install
 	$(PY) -m ruff check llmflow tests benchmarks
+	$(PY) -m ruff format --check llmflow tests benchmarks
 
 test: install lint
 	$(PY) -m pytest -q

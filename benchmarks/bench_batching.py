@@ -61,6 +61,8 @@ def main() -> None:
 
     ceiling = in_own_thread(prompt_processing_rate, model, args)
     print(f"batched-compute ceiling: {ceiling:.1f} prompt tokens/s", file=sys.stderr)
+    decode = in_own_thread(decode_rates, model, args, sorted({1, *levels}))
+    print(f"raw llama_decode, one token per sequence: {decode}", file=sys.stderr)
     rounds: dict[str, list[dict[str, Any]]] = {}
     for r in range(args.rounds):
         names = list(ENGINES) if r % 2 == 0 else list(ENGINES)[::-1]
@@ -74,7 +76,7 @@ def main() -> None:
                 print(f"round {r + 1}/{args.rounds} · HTTP · {name}", file=sys.stderr)
                 rounds.setdefault(f"HTTP, {name}", []).append(over_http(name, command, model, levels, args))
     runs = [(label, median_round(docs)) for label, docs in rounds.items()]
-    write_results(runs, rounds, ceiling, args, model, parallel, started)
+    write_results(runs, rounds, ceiling, decode, args, model, parallel, started)
 
 
 def parse_args() -> argparse.Namespace:
@@ -152,6 +154,43 @@ def prompt_processing_rate(model: Path, args: argparse.Namespace, runs: int = 3)
         llama.close()
 
 
+def decode_rates(
+    model: Path, args: argparse.Namespace, widths: list[int], steps: int = 24
+) -> dict[int, float]:
+    """What llama.cpp itself gives for `w` streams: tokens/s of one `llama_decode` of one token
+    for each of `w` sequences (each `--prompt-tokens` deep), without any scheduling, sampling
+    or streaming around it. The batched engine at `w` streams can at best match it."""
+    import llama_cpp
+
+    from llmflow.engines.llama_cpp_batched import LlamaCppBatchedOptions, LlamaStepBackend, _load_model
+    from llmflow.engines.scheduler import BatchEntry
+    from llmflow.params import SamplingParams
+
+    width = max(widths)
+    options = LlamaCppBatchedOptions.parse(
+        {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": width, "n_batch": max(512, width)}
+    )
+    backend = LlamaStepBackend.create(llama_cpp, _load_model(llama_cpp, model, options), options)
+    greedy = backend.new_sampler(SamplingParams.parse({"temperature": 0.0}))
+    try:
+        depth = args.prompt_tokens
+        prompt = [(100 + i * 37) % 40000 + 100 for i in range(depth)]
+        for seq in range(width):
+            backend.decode([BatchEntry(seq, prompt, 0, True, greedy)])
+        rates = {}
+        for w in [1, *widths]:  # the first round warms up
+            start = time.perf_counter()
+            for step in range(steps):
+                backend.decode([BatchEntry(q, [200 + step], depth + step, True, greedy) for q in range(w)])
+            rates[w] = w * steps / (time.perf_counter() - start)
+            for q in range(w):
+                backend.truncate(q, depth)
+        return rates
+    finally:
+        backend.free_sampler(greedy)
+        backend.close()
+
+
 def in_process(
     name: str, model: Path, levels: tuple[int, ...], parallel: int, args: argparse.Namespace
 ) -> dict:
@@ -225,7 +264,8 @@ def http_servers(model: Path, parallel: int, args: argparse.Namespace) -> dict[s
 def over_http(name: str, command: list[str], model: Path, levels: tuple[int, ...], args) -> dict:
     """Start the server, sweep every level with llmflow bench, stop it. Output tokens are counted
     with the model's tokenizer for every server (llama_cpp.server sends no usage)."""
-    from compare import free_port_pair, started  # benchmarks/compare.py, next to this script
+    from compare import free_port_pair  # benchmarks/, next to this script
+    from serve_process import started
 
     port = free_port_pair()
     with ExitStack() as stack:
@@ -266,8 +306,11 @@ def level_summary(document: dict[str, Any], concurrency: int) -> dict[str, Any] 
     return None
 
 
-def target_check(document: dict[str, Any], ceiling: float) -> dict[str, float | None]:
-    """The issue's ratios for 8 streams against 1."""
+def target_check(
+    document: dict[str, Any], ceiling: float, decode: dict[int, float]
+) -> dict[str, float | None]:
+    """The issue's ratios for 8 streams against 1, and the decode rate of 8 streams between
+    tokens (1 / ITL p50 per stream) against raw `llama_decode` of 8 sequences."""
     one, eight = level_summary(document, 1), level_summary(document, 8)
     if not one or not eight or not one["output_throughput"] or not eight["output_throughput"]:
         return {}
@@ -276,13 +319,16 @@ def target_check(document: dict[str, Any], ceiling: float) -> dict[str, float | 
         "throughput_x": eight["output_throughput"] / one["output_throughput"],
         "ceiling_share": eight["output_throughput"] / ceiling,
         "itl_p50_x": itl_eight["median"] / itl_one["median"] if itl_one and itl_eight else None,
+        "decode_share": 8 / itl_eight["median"] / decode[8] if itl_eight and 8 in decode else None,
     }
 
 
-def write_results(runs, rounds, ceiling: float, args, model: Path, parallel: int, started) -> None:
+def write_results(
+    runs, rounds, ceiling: float, decode: dict[int, float], args, model: Path, parallel: int, started
+) -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    checks = {label: target_check(doc, ceiling) for label, doc in runs}
+    checks = {label: target_check(doc, ceiling, decode) for label, doc in runs}
     title = (
         f"{model.name}, {args.threads} thread{'s' if args.threads != 1 else ''}, "
         f"{args.prompt_tokens} prompt / {args.max_tokens} output "
@@ -298,6 +344,7 @@ def write_results(runs, rounds, ceiling: float, args, model: Path, parallel: int
         },
         "ceiling_prompt_tokens_per_s": ceiling,
         "ceiling_tokens": args.ceiling_tokens,
+        "raw_decode_tokens_per_s": decode,
         "targets": TARGETS,
         "checks": checks,
         "runs": dict(runs),
@@ -312,6 +359,9 @@ def write_results(runs, rounds, ceiling: float, args, model: Path, parallel: int
         "",
         f"Batched-compute ceiling (prompt processing, {args.ceiling_tokens} tokens): {ceiling:.1f} tokens/s.",
         "",
+        "Raw `llama_decode` of one token for each of w sequences (no scheduling, sampling or "
+        "streaming): " + ", ".join(f"w={w}: {rate:.1f} tokens/s" for w, rate in decode.items()) + ".",
+        "",
         markdown_table(runs),
         "8 streams against 1 (targets: throughput >= "
         f"{TARGETS['throughput_x']}x, >= {TARGETS['ceiling_share']:.0%} of the ceiling, "
@@ -321,17 +371,19 @@ def write_results(runs, rounds, ceiling: float, args, model: Path, parallel: int
     for label, check in checks.items():
         if check:
             itl = "-" if check["itl_p50_x"] is None else f"{check['itl_p50_x']:.2f}x"
+            share = "-" if check["decode_share"] is None else f"{check['decode_share']:.0%}"
             lines.append(
                 f"- {label}: throughput {check['throughput_x']:.2f}x, {check['ceiling_share']:.0%} of "
-                f"the ceiling, ITL p50 {itl}"
+                f"the ceiling, ITL p50 {itl}; between tokens, 8 streams decode at {share} of raw "
+                "`llama_decode` of 8 sequences"
             )
     (out / "batching.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    plot(runs, ceiling, out / "batching.png", title)
+    plot(runs, ceiling, decode, out / "batching.png", title)
     print("\n".join(lines))
     print(f"results in {out}/ (batching.md, batching.png, batching.json)", file=sys.stderr)
 
 
-def plot(runs, ceiling: float, path: Path, title: str) -> None:
+def plot(runs, ceiling: float, decode: dict[int, float], path: Path, title: str) -> None:
     """Aggregate tokens/s with the ceiling, ITL (median, p99 dashed) and TTFT against streams."""
     import matplotlib
 
@@ -362,6 +414,9 @@ def plot(runs, ceiling: float, path: Path, title: str) -> None:
             color=color,
         )
     rate.axhline(ceiling, color="grey", linestyle=":", label="ceiling (prompt processing)")
+    rate.plot(
+        list(decode), list(decode.values()), "k--", alpha=0.5, label="raw llama_decode, 1 token per sequence"
+    )
     for axis, name in (
         (rate, "aggregate output tokens/s"),
         (itl, "ITL ms (median, p99 dashed)"),
