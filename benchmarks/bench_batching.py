@@ -16,7 +16,7 @@ Engines run in alternating order over `--rounds` rounds; a run's row is its medi
 throughput.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_batching.py --threads 2
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_batching.py --threads 2 --http --rounds 3
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_batching.py --threads 2 --http --no-in-process
 
 Writes `batching.json`, `batching.md` and `batching.png` under `--out`.
 """
@@ -66,7 +66,7 @@ def main() -> None:
     rounds: dict[str, list[dict[str, Any]]] = {}
     for r in range(args.rounds):
         names = list(ENGINES) if r % 2 == 0 else list(ENGINES)[::-1]
-        for name in names:
+        for name in names if args.in_process else ():
             print(f"round {r + 1}/{args.rounds} · in process · {name}", file=sys.stderr)
             rounds.setdefault(f"in process, {name}", []).append(
                 in_process(name, model, levels, parallel, args)
@@ -98,6 +98,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ceiling-tokens", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--http", action="store_true", help="also benchmark the HTTP servers")
+    parser.add_argument(
+        "--no-in-process", dest="in_process", action="store_false", help="only the HTTP servers (with --http)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     return parser.parse_args()
@@ -155,7 +158,7 @@ def prompt_processing_rate(model: Path, args: argparse.Namespace, runs: int = 3)
 
 
 def decode_rates(
-    model: Path, args: argparse.Namespace, widths: list[int], steps: int = 24
+    model: Path, args: argparse.Namespace, widths: list[int], steps: int = 48
 ) -> dict[int, float]:
     """What llama.cpp itself gives for `w` streams: tokens/s of one `llama_decode` of one token
     for each of `w` sequences (each `--prompt-tokens` deep), without any scheduling, sampling

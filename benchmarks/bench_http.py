@@ -1,10 +1,12 @@
 """One stream over HTTP against the same stream in process: what `llmflow serve` costs per token.
 
-Four ways to stream the same greedy answer from the same GGUF with the same thread count:
+Five ways to stream the same greedy answer from the same GGUF with the same thread count:
 
 - `in_process`: `LLM.stream` in this process (no server);
 - `in_process_pyfunc`: `predict_stream` of the same LLM as an MLflow pyfunc model, in this process;
 - `llmflow_http`: `llmflow serve` in a subprocess, read with the official `openai` client;
+- `llmflow_http_sse`: the same server read with a lean client (httpx, one `json.loads` per event),
+  which tells the server's cost from the `openai` client's on a machine they share;
 - `llama_cpp_server`: `python -m llama_cpp.server` in a subprocess (the `compare` extra), same client.
 
 Runs alternate between the ways (the starting one rotates each round), after one warm-up run each;
@@ -26,12 +28,13 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 from openai import OpenAI
 
 from llmflow import LLM
@@ -99,6 +102,27 @@ def over_http(base_url: str, model: str, max_tokens: int) -> Callable[[], Sample
     return run
 
 
+def over_http_sse(base_url: str, model: str, max_tokens: int) -> Callable[[], Sample]:
+    client = httpx.Client(base_url=base_url, timeout=600)
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+    }
+
+    def texts() -> Iterator[str]:
+        with client.stream("POST", "/chat/completions", json=body) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    choices = json.loads(line[6:])["choices"]
+                    if choices:
+                        yield choices[0]["delta"].get("content") or ""
+
+    return lambda: timed(texts())
+
+
 # -- servers --------------------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
@@ -157,6 +181,7 @@ def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     return {
         "http_over_in_process_tok_s": ratio("llmflow_http", "in_process"),  # target >= 0.97
         "http_over_in_process_pyfunc_tok_s": ratio("llmflow_http", "in_process_pyfunc"),
+        "lean_client_http_over_in_process_tok_s": ratio("llmflow_http_sse", "in_process"),
         "ttft_overhead_ms": round(http["ttft_ms"] - local["ttft_ms"], 2) if http and local else None,  # <= 10
         "llmflow_over_llama_cpp_server_tok_s": ratio("llmflow_http", "llama_cpp_server"),  # target >= 1.0
     }
@@ -186,6 +211,8 @@ def main() -> None:
                 started(name, server_command(name, model, args.threads, port), port, Path(logs))
             )
             ways[name] = over_http(url, MODEL_NAME, args.max_tokens)
+            if name == "llmflow_http":
+                ways["llmflow_http_sse"] = over_http_sse(url, MODEL_NAME, args.max_tokens)
         samples = alternate(ways, args.runs)
 
     summary = {name: medians(values) for name, values in samples.items()}

@@ -54,15 +54,28 @@ def test_prompt_longer_than_the_context_is_400(http_default, served_llm):
     assert_openai_error(response, 400, "context_length_exceeded")
 
 
-def test_max_tokens_beyond_the_context_is_clamped_and_ends_with_length(http_default, served_llm):
+@pytest.fixture(scope="module")
+def small_context():
+    """A 256-token context, so that filling it takes a moment."""
+    from llmflow import LLM
+    from llmflow.server import ServedModel
+
+    llm = LLM.load(engine_options={"n_ctx": 256})
+    for http in _client(ServedModel.from_llm(llm)):
+        yield http, llm
+    llm.close()
+
+
+def test_max_tokens_beyond_the_context_is_clamped_and_ends_with_length(small_context):
     """Documented choice: max_tokens larger than what is left of the context is not an error
     (OpenAI rejects it); generation stops when the context is full, with finish_reason "length"."""
-    n_ctx = served_llm.llm.engine.n_ctx
-    prompt_tokens = len(served_llm.llm.engine.tokenize("word " * (n_ctx - 6)))
+    http, llm = small_context
+    n_ctx = llm.engine.n_ctx
+    prompt_tokens = len(llm.engine.tokenize("word " * (n_ctx - 6)))
     room = n_ctx - prompt_tokens
     assert 0 < room < 16
     body = {"model": "x", "prompt": "word " * (n_ctx - 6), "max_tokens": 10 * n_ctx, "temperature": 0}
-    response = http_default.post("/v1/completions", json=body)
+    response = http.post("/v1/completions", json=body)
     assert response.status_code == 200, response.text
     answer = response.json()
     assert answer["usage"]["completion_tokens"] <= room
