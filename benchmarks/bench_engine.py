@@ -1,8 +1,7 @@
 """llmflow's in-process stream against raw llama-cpp-python on the same model object.
 
-Same GGUF, same prompt, greedy, the same thread count; runs alternate and start with an empty
-KV cache, so both pay the same prompt processing. Raw calls run and are timed on the engine's
-compute thread: their timings include no thread hand-off, llmflow's do. Reports medians and the
+Same GGUF, same prompt, greedy, the same thread count, both in this thread; runs alternate and
+start with an empty KV cache, so both pay the same prompt processing. Reports medians and the
 ratios.
 
     .venv/bin/python benchmarks/bench_engine.py --runs 7 --max-tokens 256
@@ -37,12 +36,6 @@ def run_llmflow(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
 
 
 def run_raw(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
-    """Timed on the engine's compute thread: llama.cpp computes on one thread per process (see
-    `llmflow.engines.compute_thread`), and raw calls from here would add a second one."""
-    return llm.engine.compute.call(_run_raw_here, llm, max_tokens)
-
-
-def _run_raw_here(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
     llama = llm.engine._llama
     llama.reset()
     start = time.perf_counter()

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from llmflow.engines.compute_thread import ComputeThread
+from llmflow.engines.openmp import release_thread_team
 from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
 from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.prompts import ChatTemplate
@@ -91,8 +91,6 @@ class LlamaCppEngine(VocabMethods):
         self._model_path = model_path
         self.options = options
         self._vocab = LlamaVocab(llama._model, llama.metadata)
-        #: where every forward pass runs, whichever thread asks (see `compute_thread`)
-        self.compute = ComputeThread("llmflow-llama-cpp")
 
     @classmethod
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppEngine:
@@ -131,11 +129,6 @@ class LlamaCppEngine(VocabMethods):
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
     ) -> Iterator[int]:
-        return self.compute.iterate(lambda: self._generate(prompt_ids, params, cancel), cancel)
-
-    def _generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
-    ) -> Iterator[int]:
         llama = self._llama
         seed = params.seed if params.seed is not None else self.options.seed
         llama.set_seed(seed if seed is not None else 0xFFFFFFFF)
@@ -158,9 +151,9 @@ class LlamaCppEngine(VocabMethods):
                     return
         finally:
             tokens.close()
+            release_thread_team()  # see `llmflow.engines.openmp`: callers' threads vary
 
     def close(self) -> None:
-        self.compute.close()
         self._llama.close()
 
 
