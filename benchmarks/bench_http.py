@@ -1,8 +1,10 @@
 """One stream over HTTP against the same stream in process: what `llmflow serve` costs per token.
 
-Five ways to stream the same greedy answer from the same GGUF with the same thread count:
+Six ways to stream the same greedy answer from the same GGUF with the same thread count:
 
-- `in_process`: `LLM.stream` in this process (no server);
+- `in_process`: `LLM.stream` in this process (no server), on the engine the server uses
+  (`llama_cpp_batched`);
+- `in_process_llama_cpp`: the same on the one-at-a-time `llama_cpp` engine, `LLM.load`'s default;
 - `in_process_pyfunc`: `predict_stream` of the same LLM as an MLflow pyfunc model, in this process;
 - `llmflow_http`: `llmflow serve` in a subprocess, read with the official `openai` client;
 - `llmflow_http_sse`: the same server read with a lean client (httpx, one `json.loads` per event),
@@ -182,6 +184,7 @@ def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         "http_over_in_process_tok_s": ratio("llmflow_http", "in_process"),  # target >= 0.97
         "http_over_in_process_pyfunc_tok_s": ratio("llmflow_http", "in_process_pyfunc"),
         "lean_client_http_over_in_process_tok_s": ratio("llmflow_http_sse", "in_process"),
+        "http_over_in_process_llama_cpp_tok_s": ratio("llmflow_http", "in_process_llama_cpp"),
         "ttft_overhead_ms": round(http["ttft_ms"] - local["ttft_ms"], 2) if http and local else None,  # <= 10
         "llmflow_over_llama_cpp_server_tok_s": ratio("llmflow_http", "llama_cpp_server"),  # target >= 1.0
     }
@@ -198,9 +201,12 @@ def main() -> None:
     args = parser.parse_args()
 
     model = resolve_model_path(args.model)
-    llm = LLM.load(model, engine_options={"n_threads": args.threads, "n_ctx": N_CTX})
+    # the engine `llmflow serve` uses for a GGUF file (llama_cpp_batched), so both sides compute alike
+    llm = LLM.load(model, concurrent=True, engine_options={"n_threads": args.threads, "n_ctx": N_CTX})
+    one_at_a_time = LLM.load(model, engine_options={"n_threads": args.threads, "n_ctx": N_CTX})
     ways: dict[str, Callable[[], Sample]] = {
         "in_process": in_process(llm, args.max_tokens),
+        "in_process_llama_cpp": in_process(one_at_a_time, args.max_tokens),
         "in_process_pyfunc": in_process_pyfunc(llm, args.max_tokens),
     }
     servers = ["llmflow_http"] + ([] if args.no_llama_cpp_server else ["llama_cpp_server"])

@@ -24,6 +24,7 @@ from llmflow.engines.llama_cpp import (
     import_llama_cpp,
     usable_cores,
 )
+from llmflow.engines.openmp import release_thread_team
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
 from llmflow.errors import EngineFailed, InvalidParams, ModelNotFound
 from llmflow.params import SamplingParams
@@ -263,6 +264,9 @@ class LlamaStepBackend:
             return keep
         self._lib.llama_memory_seq_rm(self._memory, seq, -1, -1)  # whole sequences always go
         return 0
+
+    def idle(self) -> None:
+        release_thread_team()  # see `llmflow.engines.openmp`; the next step starts a team again
 
     def close(self) -> None:
         with contextlib.suppress(AttributeError):

@@ -58,6 +58,10 @@ class StepBackend(Protocol):
         cannot drop part of a sequence)."""
         ...
 
+    def idle(self) -> None:
+        """Nothing runs or waits any more: a chance to give back what only decoding needs."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerStats:
@@ -281,6 +285,8 @@ class BatchScheduler:
 
     def _wait_for_work(self) -> bool:
         with self._cond:
+            if not self._stopping and not self._waiting and not self._running:
+                self.backend.idle()
             while not self._stopping and not self._waiting and not self._running:
                 self._cond.wait()
             return not self._stopping

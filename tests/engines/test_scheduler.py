@@ -38,6 +38,7 @@ class SimBackend:
         self.fail_seq: int | None = None
         self.crash = False
         self.on_decode = lambda entries: None
+        self.idled = 0
         self._ids = itertools.count()
 
     def decode(self, entries):
@@ -67,6 +68,9 @@ class SimBackend:
 
     def copy(self, src, dst):
         self.kv[dst] = list(self.kv[src])
+
+    def idle(self):
+        self.idled += 1
 
     def truncate(self, seq, keep):
         del self.kv[seq][keep:]
@@ -340,6 +344,22 @@ def test_no_sequence_leaks_after_many_mixed_requests():
         stats = settle(scheduler)
         assert stats.running == 0 and stats.free_sequences == 4
         assert not backend.samplers
+    finally:
+        scheduler.close()
+
+
+def test_the_backend_hears_when_the_scheduler_goes_idle():
+    backend, scheduler = make(parallel=2)
+    try:
+        deadline = time.monotonic() + 10
+        while backend.idled == 0:  # idle from the start
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        before = backend.idled
+        assert list(scheduler.generate(prompt(1, 3), params(2), CancelToken()))
+        while backend.idled == before:  # and again once the work is done
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
     finally:
         scheduler.close()
 
