@@ -16,7 +16,8 @@ random number of text deltas. Afterwards:
     python benchmarks/soak_disconnect.py --streams 1000 --clients 8
 
 The server is `llmflow serve` in a child process on a free loopback port (embedded model unless
-`--model`); `--engine llama_cpp_batched` soaks the batching engine.
+`--model`), on the engine `llmflow serve` picks (the batching one for a GGUF file) unless
+`--engine` names another.
 """
 
 from __future__ import annotations
