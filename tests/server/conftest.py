@@ -4,6 +4,7 @@ third-party MLflow pyfunc model saved and loaded the ordinary way."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -98,3 +99,31 @@ def wait_until_idle(http: httpx.Client, timeout_s: float = TIMEOUT_S) -> str:
             return text
         assert time.monotonic() < deadline, f"still {running} running and {waiting} waiting"
         time.sleep(0.02)
+
+
+def wait_for_metric(http: httpx.Client, name: str, value: float, timeout_s: float = TIMEOUT_S) -> None:
+    """Poll /metrics until the sample `name` reads `value`."""
+    deadline = time.monotonic() + timeout_s
+    while metric(http.get("/metrics").text, name) != value:
+        assert time.monotonic() < deadline, f"{name} never reached {value}"
+        time.sleep(0.01)
+
+
+class QueuedRequest:
+    """A short completion sent from another thread, returned once the server has queued it."""
+
+    def __init__(self, url: str, body: dict[str, Any]):
+        self._result: dict[str, httpx.Response] = {}
+
+        def send() -> None:
+            with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+                self._result["response"] = client.post("/v1/completions", json=body)
+
+        self._thread = threading.Thread(target=send)
+        self._thread.start()
+        with httpx.Client(base_url=url, timeout=TIMEOUT_S) as http:
+            wait_for_metric(http, "llmflow_num_requests_waiting", 1)
+
+    def response(self) -> httpx.Response:
+        self._thread.join(TIMEOUT_S)
+        return self._result["response"]

@@ -5,7 +5,6 @@ over HTTP decode together, each with its own params and stops; beyond `parallel`
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -13,7 +12,7 @@ import pytest
 from openai import OpenAI
 
 from llmflow.server import load_served
-from tests.server.conftest import TIMEOUT_S, metric, running, wait_until_idle
+from tests.server.conftest import TIMEOUT_S, QueuedRequest, running, wait_for_metric, wait_until_idle
 from tests.server.test_concurrency import COUNTING, OpenStream
 
 PARALLEL = 4
@@ -73,30 +72,14 @@ def test_beyond_parallel_and_queue_is_429_and_a_leaving_client_frees_its_sequenc
         wait_until_idle(http)
         streams = [OpenStream(http, batched.name) for _ in range(PARALLEL)]  # every sequence busy
         assert batched.llm.engine.stats().free_sequences == 0
-        waiter_result: dict = {}
-
-        def wait_in_queue() -> None:
-            with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as other:
-                body = {"model": batched.name, **COUNTING, "max_tokens": 2}
-                waiter_result["response"] = other.post("/v1/completions", json=body)
-
-        waiter = threading.Thread(target=wait_in_queue)
-        waiter.start()
-        deadline = time.monotonic() + TIMEOUT_S
-        while metric(http.get("/metrics").text, "llmflow_num_requests_waiting") != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        waiting = QueuedRequest(server.url, {"model": batched.name, **COUNTING, "max_tokens": 2})
         refused = http.post("/v1/completions", json={"model": batched.name, **COUNTING, "max_tokens": 2})
         assert refused.status_code == 429 and "retry-after" in refused.headers
 
         streams[0].close()  # one client leaves: the waiting request takes its sequence
-        waiter.join(TIMEOUT_S)
-        assert waiter_result["response"].status_code == 200
+        assert waiting.response().status_code == 200
         for stream in streams[1:]:
             stream.close()
         wait_until_idle(http)
-        deadline = time.monotonic() + TIMEOUT_S  # the engine frees a sequence at its next step
-        while metric(http.get("/metrics").text, "llmflow_engine_free_sequences") != PARALLEL:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for_metric(http, "llmflow_engine_free_sequences", PARALLEL)  # freed at the next step
         assert batched.llm.engine.stats().free_sequences == PARALLEL

@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from tests.server.conftest import TIMEOUT_S, metric, wait_until_idle
+from tests.server.conftest import TIMEOUT_S, QueuedRequest, metric, wait_until_idle
 
 COUNTING = {"prompt": "1, 2, 3, 4, 5,", "temperature": 0}
 
@@ -76,20 +76,7 @@ def test_a_non_streaming_client_that_disconnects_cancels_too(http, model_name):
 def test_full_queue_is_429_with_retry_after_then_the_server_recovers(start_server, model_name):
     with start_server(max_queue=1) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http:
         running = OpenStream(http, model_name)  # takes the only place
-        waiting_result: dict = {}
-
-        def wait_in_queue() -> None:
-            with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as other:
-                body = {"model": model_name, **COUNTING, "max_tokens": 2}
-                waiting_result["response"] = other.post("/v1/completions", json=body)
-
-        waiter = threading.Thread(target=wait_in_queue)
-        waiter.start()
-        deadline = time.monotonic() + TIMEOUT_S
-        while metric(http.get("/metrics").text, "llmflow_num_requests_waiting") != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-
+        waiting = QueuedRequest(server.url, {"model": model_name, **COUNTING, "max_tokens": 2})
         refused = http.post("/v1/completions", json={"model": model_name, **COUNTING, "max_tokens": 2})
         assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
         assert refused.json()["error"]["code"] == "queue_full"
@@ -100,8 +87,7 @@ def test_full_queue_is_429_with_retry_after_then_the_server_recovers(start_serve
         assert refused_stream.status_code == 429  # refused before any SSE byte
 
         running.close()  # the running client leaves: the waiting one gets the place
-        waiter.join(TIMEOUT_S)
-        assert waiting_result["response"].status_code == 200
+        assert waiting.response().status_code == 200
         wait_until_idle(http)
         recovered = http.post("/v1/completions", json={"model": model_name, **COUNTING, "max_tokens": 2})
         assert recovered.status_code == 200
