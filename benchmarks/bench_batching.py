@@ -356,7 +356,8 @@ def write_results(
             for label, docs in rounds.items()
         },
     }
-    (out / "batching.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(document, indent=2).replace(str(model), model.name)  # no local paths in results
+    (out / "batching.json").write_text(text + "\n", encoding="utf-8")
     lines = [
         title,
         "",
