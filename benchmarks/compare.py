@@ -142,7 +142,8 @@ def write_results(runs, rounds, args: argparse.Namespace, model: Path) -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     for name, document in runs:
-        write_json(document, out / f"compare-{name}.json")
+        local = json.dumps(document).replace(str(model), model.name)  # no local paths in results
+        write_json(json.loads(local), out / f"compare-{name}.json")
     threads = f"{args.threads} thread" + ("s" if args.threads != 1 else "")
     title = f"{model.name}, {threads}, {args.prompt_tokens} prompt / {args.max_tokens} output tokens"
     plot(runs, out / "compare.png", title=title)
