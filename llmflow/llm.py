@@ -29,7 +29,7 @@ from llmflow.prompts import (
     with_system_prompt,
 )
 from llmflow.streaming import stream_chunks
-from llmflow.types import CancelToken, Chunk, Completion, Message
+from llmflow.types import CancelToken, Chunk, Completion, Message, current_cancel
 
 #: a prompt string (sent as one user message) or a conversation
 PromptInput = str | Sequence[Mapping[str, Any]] | Sequence[Message]
@@ -142,7 +142,7 @@ class LLM:
         return self.stream_prepared(request, cancel)
 
     def stream_prepared(self, request: PreparedRequest, cancel: CancelToken | None = None) -> Iterator[Chunk]:
-        cancel = cancel or CancelToken()
+        cancel = cancel or current_cancel.get() or CancelToken()
         with self._lock:
             engine = self.engine
             yield from stream_chunks(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 
@@ -78,3 +79,9 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         return self._event.is_set()
+
+
+#: The cancel token of the request this thread is answering, for calls that cannot take one: a
+#: server running a whole MLflow `predict` for a client sets it, and `LLM.stream` uses it when it
+#: is given none, so a client that leaves stops every row's generation.
+current_cancel: ContextVar[CancelToken | None] = ContextVar("llmflow_current_cancel", default=None)

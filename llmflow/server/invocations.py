@@ -27,12 +27,12 @@ from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
 from llmflow.observability import RequestTrace, tracing_wanted, watch_model_stream
 from llmflow.server import mlflow_scoring
 from llmflow.server.errors import error_body, error_response, llmflow_error_body
-from llmflow.server.generation import Generation, Summary, start_generation
+from llmflow.server.generation import Generation, Summary, start_generation, wait_for_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.sse import DONE, StreamResponse, event
 from llmflow.server.state import ServerState, get_state
 from llmflow.server.timings import RequestTimings
-from llmflow.types import Usage
+from llmflow.types import CancelToken, Usage, current_cancel
 
 logger = logging.getLogger(__name__)
 
@@ -126,25 +126,38 @@ def _pop_stream_flag(payload: dict[str, Any] | None) -> bool:
 async def _predict(
     state: ServerState, model: Any, data: Any, content_type: str, timings: RequestTimings, receive: Receive
 ) -> Response:
+    """MLflow's `predict` in a worker. A client that disconnects meanwhile cancels it: an llmflow
+    model's generations stop within a token (through `current_cancel`), and its place is freed."""
     trace = _request_trace(state, data if isinstance(data, dict) else {"content_type": content_type})
+    cancel = CancelToken()
 
     def score() -> Iterator[Any]:
-        answer = mlflow_scoring.predict(model, data, content_type)
+        reset = current_cancel.set(cancel)
+        try:
+            answer = mlflow_scoring.predict(model, data, content_type)
+        finally:
+            current_cancel.reset(reset)
         if trace is not None:
             trace.set_result(_parsed(answer.body), failed=answer.status >= 400)
         return iter((answer,))
 
     generation = await start_generation(
-        state, _traced(trace, score, timings), timings, _no_summary, trace=trace, receive=receive
+        state, _traced(trace, score, timings), timings, _no_summary, cancel, trace=trace, receive=receive
     )
+    watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+    watcher.add_done_callback(lambda task: task.cancelled() or generation.stream.stop())
     try:
         answer = await generation.stream.__anext__()
     except Exception as exc:
         timings.outcome = timings.outcome or "error"
         return _error_answer(exc)
     finally:
+        watcher.cancel()
         generation.close()
-    timings.outcome = "stop" if answer.status == 200 else "error"
+    if cancel.cancelled:  # the client has gone: nobody reads this answer
+        timings.outcome = "cancelled"
+    else:
+        timings.outcome = "stop" if answer.status == 200 else "error"
     return Response(answer.body, status_code=answer.status, media_type=answer.media_type)
 
 

@@ -3,6 +3,7 @@ and streams with `"stream": true`, for a plain third-party pyfunc model and for 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 
@@ -17,7 +18,7 @@ from llmflow.model_files import default_model_path
 from llmflow.server import ServerSettings, create_app, load_served
 from llmflow.server.runner import BackgroundServer
 from tests.mlflow.store import Store, using
-from tests.server.conftest import TIMEOUT_S, running, sse_events
+from tests.server.conftest import TIMEOUT_S, metric, running, sse_events, wait_until_idle
 from tests.server.pyfunc_models import save_and_load
 
 
@@ -222,3 +223,24 @@ def test_parallel_needs_a_batching_engine_and_engine_choices_an_llmflow_model(tm
     for overrides in ({"parallel": 2}, {"engine": "llama_cpp"}, {"engine_options": {"n_ctx": 512}}):
         with pytest.raises(InvalidParams, match="llmflow models and model files only"):
             load_served(path, **overrides)
+
+
+def test_a_non_streaming_invocations_client_that_disconnects_cancels_the_prediction(http):
+    before = wait_until_idle(http)
+    rows = {"dataframe_split": {"columns": ["prompt"], "data": [["1, 2, 3, 4, 5,"]] * 3}}
+    body = {**rows, "params": {"max_tokens": 400, "temperature": 0.0}}
+    # the client gives up after half a second and closes its connection
+    with (
+        httpx.Client(base_url=str(http.base_url), timeout=0.5) as impatient,
+        contextlib.suppress(httpx.TimeoutException),
+    ):
+        impatient.post("/invocations", json=body)
+    after = wait_until_idle(http)  # its place is free again, long before 3 x 400 tokens
+    generated = metric(after, "llmflow_generation_tokens_total") - metric(
+        before, "llmflow_generation_tokens_total"
+    )
+    assert metric(after, "llmflow_requests_finished_total", outcome="cancelled") == (
+        metric(before, "llmflow_requests_finished_total", outcome="cancelled") + 1
+    )
+    assert generated < 400
+    assert http.post("/invocations", json={"prompt": "Hi", "max_tokens": 2}).status_code == 200
