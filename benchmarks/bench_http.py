@@ -7,7 +7,8 @@ Six ways to stream the same greedy answer from the same GGUF with the same threa
 - `in_process_llama_cpp`: the same on the one-at-a-time `llama_cpp` engine, `LLM.load`'s default;
 - `in_process_pyfunc`: `predict_stream` of the same LLM as an MLflow pyfunc model, in this process;
 - `llmflow_http`: `llmflow serve` in a subprocess, read with the official `openai` client;
-- `llmflow_http_sse`: the same server read with a lean client (httpx, one `json.loads` per event),
+- `llmflow_http_sse`: the same server read with a lean client (httpx and `llmflow bench`'s SSE
+  parser: one `json.loads` per event, no pydantic),
   which tells the server's cost from the `openai` client's on a machine they share;
 - `llama_cpp_server`: `python -m llama_cpp.server` in a subprocess (the `compare` extra), same client.
 
@@ -40,6 +41,8 @@ import httpx
 from openai import OpenAI
 
 from llmflow import LLM
+from llmflow.bench.openai_chunks import parse_event
+from llmflow.bench.sse import SSEParser
 from llmflow.engines.llama_cpp import usable_cores
 from llmflow.model_files import resolve_model_path
 from llmflow.server.served import pyfunc_for_llm
@@ -115,12 +118,13 @@ def over_http_sse(base_url: str, model: str, max_tokens: int) -> Callable[[], Sa
     }
 
     def texts() -> Iterator[str]:
+        parser = SSEParser()
         with client.stream("POST", "/chat/completions", json=body) as response:
             for line in response.iter_lines():
-                if line.startswith("data: {"):
-                    choices = json.loads(line[6:])["choices"]
-                    if choices:
-                        yield choices[0]["delta"].get("content") or ""
+                event = parser.feed(line, 0.0)
+                delta = parse_event(event) if event is not None else None
+                if delta is not None:
+                    yield delta.text
 
     return lambda: timed(texts())
 

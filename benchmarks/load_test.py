@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import ServeProcess
+from serve_process import ServeProcess, add_server_arguments, report, server_args
 
 
 @dataclass
@@ -150,27 +150,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-queue", type=int, default=8, help="the server queue bound")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--request-timeout", type=float, default=120)
-    p.add_argument("--model", default=None, help="MODEL for llmflow serve (default: the embedded model)")
-    p.add_argument("--engine", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
+    add_server_arguments(p)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> LoadResult:
     args = parse_args(argv)
     random.seed(args.seed)
-    serve_args = ["--max-queue", str(args.max_queue)] + ([args.model] if args.model else [])
-    serve_args += ["--engine", args.engine] if args.engine else []
-    with ServeProcess(serve_args) as server:
+    with ServeProcess(server_args(args, args.max_queue)) as server:
         result = load(server.url, args)
-    report = {k: v for k, v in asdict(result).items() if k != "ttfts"}
-    report["problems"] = report["problems"][:20]
-    report["ok"] = result.ok
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    document = {k: v for k, v in asdict(result).items() if k != "ttfts"}
+    document["problems"] = document["problems"][:20]
+    report({**document, "ok": result.ok}, args.out)
     return result
 
 

@@ -3,6 +3,8 @@ server runs apart from the clients, so its memory (RSS) and signals are its own.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import signal
@@ -15,6 +17,32 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options the reliability scripts share: what to serve, the seed, where to write."""
+    parser.add_argument("--model", default=None, help="MODEL for llmflow serve (default: the embedded model)")
+    parser.add_argument("--engine", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
+
+
+def server_args(args: argparse.Namespace, max_queue: int) -> list[str]:
+    """`llmflow serve` arguments for the options of `add_server_arguments`."""
+    return [
+        "--max-queue",
+        str(max_queue),
+        *([args.model] if args.model else []),
+        *(["--engine", args.engine] if args.engine else []),
+    ]
+
+
+def report(document: dict, out: Path | None) -> None:
+    """Print a script's result as JSON, and write it to `out` too when given."""
+    text = json.dumps(document, indent=2)
+    print(text)
+    if out:
+        out.write_text(text + "\n")
 
 
 def free_port() -> int:

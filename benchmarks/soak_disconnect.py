@@ -37,7 +37,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
-from serve_process import ServeProcess, metric
+from serve_process import ServeProcess, add_server_arguments, metric, report, server_args
 
 CUTS = ("prefill", "before_first_token", "mid_stream")
 RSS_LIMIT = 0.05
@@ -238,25 +238,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--time-limit", type=float, default=900, help="no new stream starts after this many seconds"
     )
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--model", default=None, help="MODEL for llmflow serve (default: the embedded model)")
-    p.add_argument("--engine", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
+    add_server_arguments(p)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> SoakResult:
     args = parse_args(argv)
     random.seed(args.seed)
-    serve_args = ["--max-queue", str(args.clients * 2)] + ([args.model] if args.model else [])
-    serve_args += ["--engine", args.engine] if args.engine else []
-    with ServeProcess(serve_args) as server:
+    with ServeProcess(server_args(args, args.clients * 2)) as server:
         result = soak(server.url, server.pid, args)
-    report = {**asdict(result), "ok": result.ok}
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    report({**asdict(result), "ok": result.ok}, args.out)
     return result
 
 

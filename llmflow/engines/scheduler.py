@@ -285,11 +285,16 @@ class BatchScheduler:
 
     def _wait_for_work(self) -> bool:
         with self._cond:
-            if not self._stopping and not self._waiting and not self._running:
+            if self._idle:
                 self.backend.idle()
-            while not self._stopping and not self._waiting and not self._running:
+            while self._idle:
                 self._cond.wait()
             return not self._stopping
+
+    @property
+    def _idle(self) -> bool:
+        """Nothing to run and no reason to stop (read under `_cond`)."""
+        return not self._stopping and not self._waiting and not self._running
 
     def _step(self) -> None:
         self._retire_ended()

@@ -5,6 +5,7 @@ the response are done."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -135,6 +136,18 @@ async def _wait_for_place(state: ServerState, timeout_s: float, receive: Receive
     if waiting.cancelled():
         raise ClientDisconnected()
     waiting.result()  # a place, or QueueFull / QueueTimeout
+
+
+@contextlib.contextmanager
+def stop_on_disconnect(generation: Generation[Any], receive: Receive) -> Iterator[None]:
+    """Within the block, a client that disconnects stops `generation` (within a token when it
+    has a cancel token); for answers that are sent whole, once the generation is over."""
+    watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+    watcher.add_done_callback(lambda task: task.cancelled() or generation.stream.stop())
+    try:
+        yield
+    finally:
+        watcher.cancel()
 
 
 async def wait_for_disconnect(receive: Receive) -> None:

@@ -27,7 +27,7 @@ from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
 from llmflow.observability import RequestTrace, tracing_wanted, watch_model_stream
 from llmflow.server import mlflow_scoring
 from llmflow.server.errors import error_body, error_response, llmflow_error_body
-from llmflow.server.generation import Generation, Summary, start_generation, wait_for_disconnect
+from llmflow.server.generation import Generation, Summary, start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.sse import DONE, StreamResponse, event
 from llmflow.server.state import ServerState, get_state
@@ -144,15 +144,13 @@ async def _predict(
     generation = await start_generation(
         state, _traced(trace, score, timings), timings, _no_summary, cancel, trace=trace, receive=receive
     )
-    watcher = asyncio.ensure_future(wait_for_disconnect(receive))
-    watcher.add_done_callback(lambda task: task.cancelled() or generation.stream.stop())
     try:
-        answer = await generation.stream.__anext__()
+        with stop_on_disconnect(generation, receive):
+            answer = await generation.stream.__anext__()
     except Exception as exc:
         timings.outcome = timings.outcome or "error"
         return _error_answer(exc)
     finally:
-        watcher.cancel()
         generation.close()
     if cancel.cancelled:  # the client has gone: nobody reads this answer
         timings.outcome = "cancelled"

@@ -33,7 +33,7 @@ from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.server import openai_format
 from llmflow.server.errors import sse_error_event
-from llmflow.server.generation import Generation, Summary, start_generation, wait_for_disconnect
+from llmflow.server.generation import Generation, Summary, start_generation, stop_on_disconnect
 from llmflow.server.openai_format import StreamFormat
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
@@ -267,23 +267,21 @@ async def _events(
 
 async def _collect(generation: Generation[Chunk], receive: Receive) -> Completion:
     """The whole answer; a client that disconnects meanwhile stops the generation."""
-    watcher = asyncio.ensure_future(wait_for_disconnect(receive))
-    watcher.add_done_callback(lambda task: task.cancelled() or generation.stream.stop())
     parts: list[str] = []
     try:
-        async for chunk in generation.stream:
-            if chunk.text:
-                generation.timings.token()
-                parts.append(chunk.text)
-            elif chunk.finish_reason is not None and chunk.usage is not None:
-                _finish(generation.timings, chunk)
-                return Completion("".join(parts), chunk.finish_reason, chunk.usage)
+        with stop_on_disconnect(generation, receive):
+            async for chunk in generation.stream:
+                if chunk.text:
+                    generation.timings.token()
+                    parts.append(chunk.text)
+                elif chunk.finish_reason is not None and chunk.usage is not None:
+                    _finish(generation.timings, chunk)
+                    return Completion("".join(parts), chunk.finish_reason, chunk.usage)
         raise RuntimeError("the generation ended without a final chunk")
     except BaseException:
         generation.timings.outcome = generation.timings.outcome or "error"
         raise
     finally:
-        watcher.cancel()
         generation.close()
 
 
