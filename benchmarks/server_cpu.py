@@ -1,0 +1,72 @@
+"""CPU time per streamed event in each thread of `llmflow serve`, read from /proc (Linux).
+
+Streams a few greedy chat answers from a server in a child process with a lean client, then
+prints each server thread's CPU time over those events: the llama.cpp threads, the generation
+worker and the event loop (whose share is what HTTP streaming itself costs).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/server_cpu.py --streams 3 --max-tokens 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_process import ServeProcess
+
+PROMPT = "Write a long story about a lighthouse keeper and a storm."
+
+
+def thread_ticks(pid: int) -> dict[str, tuple[str, int]]:
+    """Thread id -> (name, user + system clock ticks)."""
+    ticks = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        ticks[tid] = (name, int(fields[11]) + int(fields[12]))
+    return ticks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    server_args = ["--engine-option", f"n_threads={args.threads}", "--engine-option", "n_ctx=4096"]
+    with ServeProcess(server_args) as server, httpx.Client(base_url=server.url, timeout=600) as client:
+        model = client.get("/v1/models").json()["data"][0]["id"]
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": args.max_tokens,
+            "temperature": 0,
+            "stream": True,
+        }
+        client.post("/v1/chat/completions", json={**body, "stream": False, "max_tokens": 8})  # warm-up
+        before = thread_ticks(server.pid)
+        events = 0
+        for _ in range(args.streams):
+            with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                events += sum(1 for line in response.iter_lines() if line.startswith("data: {"))
+        after = thread_ticks(server.pid)
+
+    tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    print(f"{events} events; CPU per event by server thread (clock tick {tick_s * 1000:.0f} ms):")
+    for tid, (name, ticks) in after.items():
+        spent = (ticks - before.get(tid, (name, 0))[1]) * tick_s
+        if spent:
+            print(f"  thread {tid} ({name}): {spent * 1000:.0f} ms, {spent / events * 1e6:.0f} µs/event")
+
+
+if __name__ == "__main__":
+    main()
