@@ -16,9 +16,11 @@ Runs alternate between the ways (the starting one rotates each round), after one
 every run repeats the same prompt, so each server reuses its cached prompt prefix as it would for a
 chat. Time to first token is from the call to the first text; decode speed counts the text chunks
 after the first over the time after the first (one chunk per token for this English answer; the
-chunk counts are in the results). Reports medians and the ratios against the issue's targets.
+chunk counts are in the results). Reports medians and the ratios against the issue's targets, and
+this process's CPU time per chunk: for the HTTP ways, what the client itself costs (on a machine
+with few cores it takes that time from the server's llama.cpp threads).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_http.py --threads 2 --runs 15 --max-tokens 128
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_http.py --threads 2 --runs 21 --max-tokens 128
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ from llmflow.server.served import pyfunc_for_llm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_process import started
 
+WAYS = (
+    "in_process",
+    "in_process_llama_cpp",
+    "in_process_pyfunc",
+    "llmflow_http",
+    "llmflow_http_sse",
+    "llama_cpp_server",
+)
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 N_CTX = 4096
 MODEL_NAME = "bench"
@@ -61,11 +71,15 @@ class Sample:
     decode_tok_s: float | None
     chunks: int
     e2e_ms: float
+    #: CPU time of this whole process per chunk: the client's cost for the HTTP ways (the
+    #: llama.cpp threads are in the server then); for in-process ways it includes the decoding
+    cpu_us_per_chunk: float
 
 
 def timed(texts: Iterable[str]) -> Sample:
     """Time a stream of text pieces (the clock starts when `texts` is created by the caller)."""
     start = time.perf_counter()
+    cpu_start = time.process_time()
     first = last = None
     chunks = 0
     for text in texts:
@@ -75,10 +89,11 @@ def timed(texts: Iterable[str]) -> Sample:
         first = first or last
         chunks += 1
     end = time.perf_counter()
+    cpu_s = time.process_time() - cpu_start
     if first is None or last is None:
         raise RuntimeError("the stream produced no text")
     rate = (chunks - 1) / (last - first) if chunks > 1 and last > first else None
-    return Sample((first - start) * 1000, rate, chunks, (end - start) * 1000)
+    return Sample((first - start) * 1000, rate, chunks, (end - start) * 1000, cpu_s / chunks * 1e6)
 
 
 # -- the four ways -------------------------------------------------------------------------------
@@ -150,6 +165,16 @@ def server_command(name: str, model: Path, threads: int, port: int) -> list[str]
     ]  # fmt: skip
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 # -- running and reporting ------------------------------------------------------------------------
 def alternate(ways: dict[str, Callable[[], Sample]], runs: int) -> dict[str, list[Sample]]:
     names = list(ways)
@@ -172,6 +197,7 @@ def medians(samples: list[Sample]) -> dict[str, float | None]:
         "decode_tok_s": round(statistics.median(rates), 2) if rates else None,
         "e2e_ms": round(statistics.median(s.e2e_ms for s in samples), 1),
         "chunks": statistics.median(s.chunks for s in samples),
+        "cpu_us_per_chunk": round(statistics.median(s.cpu_us_per_chunk for s in samples)),
     }
 
 
@@ -201,6 +227,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="measured runs per way")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--no-llama-cpp-server", action="store_true", help="skip llama-cpp-python's server")
+    parser.add_argument("--skip", action="append", default=[], choices=WAYS, help="leave this way out")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/http.json"))
     args = parser.parse_args()
 
@@ -208,12 +235,14 @@ def main() -> None:
     # the engine `llmflow serve` uses for a GGUF file (llama_cpp_batched), so both sides compute alike
     llm = LLM.load(model, concurrent=True, engine_options={"n_threads": args.threads, "n_ctx": N_CTX})
     one_at_a_time = LLM.load(model, engine_options={"n_threads": args.threads, "n_ctx": N_CTX})
-    ways: dict[str, Callable[[], Sample]] = {
-        "in_process": in_process(llm, args.max_tokens),
-        "in_process_llama_cpp": in_process(one_at_a_time, args.max_tokens),
-        "in_process_pyfunc": in_process_pyfunc(llm, args.max_tokens),
+    skip = set(args.skip) | ({"llama_cpp_server"} if args.no_llama_cpp_server else set())
+    local: dict[str, Callable[[], Callable[[], Sample]]] = {
+        "in_process": lambda: in_process(llm, args.max_tokens),
+        "in_process_llama_cpp": lambda: in_process(one_at_a_time, args.max_tokens),
+        "in_process_pyfunc": lambda: in_process_pyfunc(llm, args.max_tokens),
     }
-    servers = ["llmflow_http"] + ([] if args.no_llama_cpp_server else ["llama_cpp_server"])
+    ways = {name: make() for name, make in local.items() if name not in skip}
+    servers = [name for name in ("llmflow_http", "llama_cpp_server") if name not in skip]
     with ExitStack() as stack, tempfile.TemporaryDirectory() as logs:
         for name in servers:
             port = free_port()
@@ -221,7 +250,7 @@ def main() -> None:
                 started(name, server_command(name, model, args.threads, port), port, Path(logs))
             )
             ways[name] = over_http(url, MODEL_NAME, args.max_tokens)
-            if name == "llmflow_http":
+            if name == "llmflow_http" and "llmflow_http_sse" not in skip:
                 ways["llmflow_http_sse"] = over_http_sse(url, MODEL_NAME, args.max_tokens)
         samples = alternate(ways, args.runs)
 
@@ -231,16 +260,18 @@ def main() -> None:
         "settings": {"model": model.name, "threads": args.threads, "runs": args.runs,
                      "max_tokens": args.max_tokens, "n_ctx": N_CTX, "prompt": PROMPT},
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                    "cores": usable_cores()},
+                    "cpu": cpu_model(), "cores": usable_cores()},
         "medians": summary,
         "ratios": ratios(summary),
         "samples": {name: [asdict(s) for s in values] for name, values in samples.items()},
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=2) + "\n")
-    print("\n| way | TTFT ms | decode tok/s | chunks |\n| --- | --- | --- | --- |")
+    print("\n| way | TTFT ms | decode tok/s | chunks | CPU µs/chunk (this process) |")
+    print("| --- | --- | --- | --- | --- |")
     for name, row in summary.items():
-        print(f"| {name} | {row['ttft_ms']} | {row['decode_tok_s']} | {row['chunks']} |")
+        cells = (name, row["ttft_ms"], row["decode_tok_s"], row["chunks"], row["cpu_us_per_chunk"])
+        print("| " + " | ".join(str(cell) for cell in cells) + " |")
     print(json.dumps(document["ratios"], indent=2))
     print(f"results: {args.out}")
 
