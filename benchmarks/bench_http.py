@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import socket
 import statistics
 import sys
 import tempfile
@@ -50,7 +49,7 @@ from llmflow.model_files import resolve_model_path
 from llmflow.server.served import pyfunc_for_llm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import started
+from serve_process import free_port, started
 
 WAYS = (
     "in_process",
@@ -96,7 +95,7 @@ def timed(texts: Iterable[str]) -> Sample:
     return Sample((first - start) * 1000, rate, chunks, (end - start) * 1000, cpu_s / chunks * 1e6)
 
 
-# -- the four ways -------------------------------------------------------------------------------
+# -- the ways ------------------------------------------------------------------------------------
 def in_process(llm: LLM, max_tokens: int) -> Callable[[], Sample]:
     params = {"temperature": 0.0, "max_tokens": max_tokens}
     return lambda: timed(chunk.text for chunk in llm.stream(PROMPT, params))
@@ -145,12 +144,6 @@ def over_http_sse(base_url: str, model: str, max_tokens: int) -> Callable[[], Sa
 
 
 # -- servers --------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def server_command(name: str, model: Path, threads: int, port: int) -> list[str]:
     if name == "llmflow_http":
         return [
@@ -226,20 +219,24 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=usable_cores())
     parser.add_argument("--runs", type=int, default=15, help="measured runs per way")
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--no-llama-cpp-server", action="store_true", help="skip llama-cpp-python's server")
     parser.add_argument("--skip", action="append", default=[], choices=WAYS, help="leave this way out")
+    parser.add_argument(
+        "--no-llama-cpp-server", dest="skip", action="append_const", const="llama_cpp_server",
+        help="the same as --skip llama_cpp_server",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/http.json"))
     args = parser.parse_args()
 
     model = resolve_model_path(args.model)
     # the engine `llmflow serve` uses for a GGUF file (llama_cpp_batched), so both sides compute alike
-    llm = LLM.load(model, concurrent=True, engine_options={"n_threads": args.threads, "n_ctx": N_CTX})
-    one_at_a_time = LLM.load(model, engine_options={"n_threads": args.threads, "n_ctx": N_CTX})
-    skip = set(args.skip) | ({"llama_cpp_server"} if args.no_llama_cpp_server else set())
+    options = {"n_threads": args.threads, "n_ctx": N_CTX}
+    llm = LLM.load(model, concurrent=True, engine_options=options)
+    skip, max_tokens = set(args.skip), args.max_tokens
     local: dict[str, Callable[[], Callable[[], Sample]]] = {
-        "in_process": lambda: in_process(llm, args.max_tokens),
-        "in_process_llama_cpp": lambda: in_process(one_at_a_time, args.max_tokens),
-        "in_process_pyfunc": lambda: in_process_pyfunc(llm, args.max_tokens),
+        "in_process": lambda: in_process(llm, max_tokens),
+        # LLM.load's default engine, loaded only when this way runs
+        "in_process_llama_cpp": lambda: in_process(LLM.load(model, engine_options=options), max_tokens),
+        "in_process_pyfunc": lambda: in_process_pyfunc(llm, max_tokens),
     }
     ways = {name: make() for name, make in local.items() if name not in skip}
     servers = [name for name in ("llmflow_http", "llama_cpp_server") if name not in skip]
@@ -249,9 +246,9 @@ def main() -> None:
             url = stack.enter_context(
                 started(name, server_command(name, model, args.threads, port), port, Path(logs))
             )
-            ways[name] = over_http(url, MODEL_NAME, args.max_tokens)
+            ways[name] = over_http(url, MODEL_NAME, max_tokens)
             if name == "llmflow_http" and "llmflow_http_sse" not in skip:
-                ways["llmflow_http_sse"] = over_http_sse(url, MODEL_NAME, args.max_tokens)
+                ways["llmflow_http_sse"] = over_http_sse(url, MODEL_NAME, max_tokens)
         samples = alternate(ways, args.runs)
 
     summary = {name: medians(values) for name, values in samples.items()}
