@@ -53,6 +53,19 @@ def serve(
     ] = None,
     timeout: Annotated[float, typer.Option(help="time limit per request in seconds, queue included")] = 600.0,
     max_body_bytes: Annotated[int, typer.Option(help="larger request bodies get 413")] = 8 * 1024 * 1024,
+    read_timeout: Annotated[
+        float,
+        typer.Option(
+            help="seconds a client has to send its request head, and then its body; beyond: 408 and "
+            "the connection is closed"
+        ),
+    ] = 30.0,
+    max_connections: Annotated[
+        int, typer.Option(help="open connections at most; one more is answered 503 and closed")
+    ] = 256,
+    keep_alive_timeout: Annotated[
+        float, typer.Option(help="seconds an idle connection stays open between two requests")
+    ] = 5.0,
     cors_origin: Annotated[
         list[str] | None, typer.Option(help="an origin allowed by CORS (repeatable); default: CORS off")
     ] = None,
@@ -108,6 +121,9 @@ def serve(
             max_running=max_running,
             request_timeout_s=timeout,
             max_body_bytes=max_body_bytes,
+            read_timeout_s=read_timeout,
+            max_connections=max_connections,
+            keep_alive_timeout_s=keep_alive_timeout,
             cors_origins=tuple(cors_origin or ()),
             shutdown_grace_s=shutdown_grace,
             tracing=tracing,

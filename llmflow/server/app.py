@@ -69,7 +69,9 @@ def _as_served(served: Any, settings: ServerSettings) -> ServedModel:
 def _add_middleware(app: FastAPI, state: ServerState) -> None:
     """Added innermost first: body limit, API key, CORS, response counter (outermost)."""
     settings = state.settings
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, limit=settings.max_body_bytes, read_timeout_s=settings.read_timeout_s
+    )
     if settings.api_key is not None:
         app.add_middleware(
             ApiKeyMiddleware,
