@@ -10,14 +10,19 @@ import logging
 import re
 import socket
 import struct
+import threading
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
+import uvicorn
 from serve_process import ServeProcess
+from typer.testing import CliRunner
 
 from llmflow import LLM
-from llmflow.server import ServedModel
+from llmflow.cli import app as cli
+from llmflow.server import ServedModel, ServerSettings
 from tests.observability.engines import EngineFailure, FailingEngine
 from tests.server.conftest import TIMEOUT_S, metric, running, sse_events, wait_for_metric, wait_until_idle
 
@@ -93,18 +98,17 @@ def test_clients_that_leave_count_as_499_and_free_every_sequence():
     """`llmflow serve` as it ships (the batching engine): clients leave mid-body, while queued and
     mid-stream; /metrics shows 499s and no 5xx, no connection stays open, every sequence is free."""
     chat = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "stream": True}
-    with ServeProcess(["--parallel", str(PARALLEL), "--max-queue", "16", "--model-name", "m"]) as server:
-        http = httpx.Client(base_url=server.url, timeout=TIMEOUT_S)
+    serve_args = ["--parallel", str(PARALLEL), "--max-queue", "16", "--model-name", "m"]
+    with ServeProcess(serve_args) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http:
         wait_for_metric(http, "llmflow_engine_free_sequences", PARALLEL)
 
-        for i in range(MID_BODY):  # headers and one byte of a 100 kB body, then gone
+        for _ in range(MID_BODY):  # headers and one byte of a 100 kB body, then gone
             sock = connect(server.port)
             sock.sendall(head(CHAT, 100_000) + b"{")
-            abort(sock, reset=i % 2 == 1)
-        wait_for_499(http, CHAT, MID_BODY)
+            sock.close()
+        wait_until(lambda: counted(http, CHAT, "499") == MID_BODY)
 
-        ended_by_themselves = 0
-        streams = open_streams(server.port, PARALLEL)
+        streams = open_streams(server.port, PARALLEL)  # every place taken: the next ones wait
         queued = [connect(server.port) for _ in range(QUEUED)]
         for sock in queued:
             sock.sendall(request(CHAT, chat))
@@ -112,47 +116,40 @@ def test_clients_that_leave_count_as_499_and_free_every_sequence():
         for i, sock in enumerate(queued):
             abort(sock, reset=i % 2 == 1)
         wait_for_metric(http, "llmflow_num_requests_waiting", 0)
-        wait_for_499(http, CHAT, MID_BODY + QUEUED)
+        wait_until(lambda: counted(http, CHAT, "499") == MID_BODY + QUEUED)
 
         for round_ in range(MID_STREAM_ROUNDS):
-            if round_:
-                streams = open_streams(server.port, PARALLEL)
-            for i, (sock, seen) in enumerate(streams):
-                ended_by_themselves += b"[DONE]" in seen
+            streams = streams if round_ == 0 else open_streams(server.port, PARALLEL)
+            for i, sock in enumerate(streams):
                 abort(sock, reset=i % 2 == 1)
+        opened = MID_STREAM_ROUNDS * PARALLEL  # a stream may have ended by itself just before (200)
+        wait_until(lambda: counted(http, COMPLETIONS, "499") + counted(http, COMPLETIONS, "200") == opened)
 
         text = wait_until_idle(http)
         wait_for_metric(http, "llmflow_engine_free_sequences", PARALLEL)
         wait_for_metric(http, "llmflow_open_connections", 1)  # this client's own
-        left_mid_stream = MID_STREAM_ROUNDS * PARALLEL - ended_by_themselves
-        wait_for_499(http, COMPLETIONS, left_mid_stream)
-        text = http.get("/metrics").text
-        assert server_errors(text) == 0, text
+        left_mid_stream = metric(text, "llmflow_requests_total", endpoint=COMPLETIONS, status="499")
+        assert left_mid_stream > 0
         assert metric(text, "llmflow_requests_finished_total", outcome="cancelled") == left_mid_stream
+        assert server_errors(text) == 0, text
 
         answer = http.post(CHAT, json=chat)  # the server goes on serving
         assert answer.status_code == 200 and sse_events(answer.text)[-1] == "[DONE]"
-        http.close()
 
 
-def open_streams(port: int, count: int) -> list[tuple[socket.socket, bytes]]:
+def open_streams(port: int, count: int) -> list[socket.socket]:
     """`count` streams, each read up to its first text chunk (so they are decoding)."""
     streams = []
     for _ in range(count):
         sock = connect(port)
         sock.sendall(request(COMPLETIONS, {"model": "m", **COUNTING}))
         streams.append(sock)
-    return [(sock, read_until(sock, b'"text":"')) for sock in streams]
+    for sock in streams:
+        read_until(sock, b'"text":"')
+    return streams
 
 
-def wait_for_499(http: httpx.Client, endpoint: str, count: int) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while (seen := _count(http, endpoint, "499")) != count:
-        assert time.monotonic() < deadline, f"{seen} clients counted as gone from {endpoint}, not {count}"
-        time.sleep(0.02)
-
-
-def _count(http: httpx.Client, endpoint: str, status: str) -> float:
+def counted(http: httpx.Client, endpoint: str, status: str) -> float:
     return metric(http.get("/metrics").text, "llmflow_requests_total", endpoint=endpoint, status=status)
 
 
@@ -243,3 +240,57 @@ def test_a_server_error_is_a_logged_500_and_an_error_event_in_a_started_stream(c
     assert metric(text, "llmflow_requests_finished_total", outcome="error") == 2
     tracebacks = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], EngineFailure)]
     assert len(tracebacks) >= 2  # both requests, with their tracebacks
+
+
+# -- the options, and why uvicorn's own limit is not enough -----------------------------------------
+def test_serve_options_have_safe_defaults_and_bad_values_are_named():
+    defaults = ServerSettings()
+    assert defaults.read_timeout_s == 30 and defaults.keep_alive_timeout_s == 5
+    assert defaults.max_connections == 256
+    runner = CliRunner()
+    for option, value in (
+        ("--read-timeout", "0"),
+        ("--max-connections", "0"),
+        ("--keep-alive-timeout", "-1"),
+    ):
+        result = runner.invoke(cli, ["serve", option, value])
+        assert result.exit_code == 2 and f"invalid {option}" in result.output, result.output
+
+
+def test_uvicorn_limit_concurrency_neither_refuses_idle_sockets_nor_spares_real_requests():
+    """Why llmflow caps connections itself: with uvicorn's `limit_concurrency`, sockets that send
+    nothing are all kept open, and they turn the next real request into a 503."""
+
+    async def hello(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    limit = 4
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(hello, limit_concurrency=limit, lifespan="off", log_level="critical")
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started)
+        idle = [connect(port) for _ in range(2 * limit)]
+        wait_until(lambda: len(server.server_state.connections) == 2 * limit)
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=TIMEOUT_S).status_code == 503
+        for sock in idle:
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):  # still open, and nothing was sent to it
+                sock.recv(1)
+            sock.close()
+    finally:
+        server.should_exit = True
+        thread.join(TIMEOUT_S)
+        listening.close()
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
