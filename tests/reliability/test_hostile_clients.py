@@ -126,7 +126,8 @@ def test_clients_that_leave_count_as_499_and_free_every_sequence():
         wait_until(lambda: counted(http, COMPLETIONS, "499") + counted(http, COMPLETIONS, "200") == opened)
 
         text = wait_until_idle(http)
-        wait_for_metric(http, "llmflow_engine_free_sequences", PARALLEL)
+        wait_for_metric(http, "llmflow_engine_free_sequences", PARALLEL)  # every sequence is free
+        assert metric(text, "llmflow_engine_sequences") == PARALLEL
         wait_for_metric(http, "llmflow_open_connections", 1)  # this client's own
         left_mid_stream = metric(text, "llmflow_requests_total", endpoint=COMPLETIONS, status="499")
         assert left_mid_stream > 0
