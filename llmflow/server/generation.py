@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from starlette.types import Receive
 
 from llmflow.errors import ClientDisconnected, RequestTimeout
+from llmflow.server.sse import wait_for_disconnect
 from llmflow.server.state import ServerState
 from llmflow.server.timings import RequestTimings
 from llmflow.server.worker import ThreadedStream
@@ -148,9 +149,3 @@ def stop_on_disconnect(generation: Generation[Any], receive: Receive) -> Iterato
         yield
     finally:
         watcher.cancel()
-
-
-async def wait_for_disconnect(receive: Receive) -> None:
-    """Return when the client disconnects (call once the request body has been read)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass

@@ -29,7 +29,7 @@ from llmflow.server import mlflow_scoring
 from llmflow.server.errors import error_body, error_response, llmflow_error_body
 from llmflow.server.generation import Generation, Summary, start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
-from llmflow.server.sse import DONE, StreamResponse, event
+from llmflow.server.sse import DONE, EventStream, event
 from llmflow.server.state import ServerState, get_state
 from llmflow.server.timings import RequestTimings
 from llmflow.types import CancelToken, Usage, current_cancel
@@ -175,7 +175,7 @@ async def _stream(
         timings.outcome = timings.outcome or "error"
         generation.close()
         return _error_answer(exc)
-    return StreamResponse(_events(generation, first), on_close=generation.close)
+    return EventStream(_events(generation, first), on_close=generation.close)
 
 
 async def _events(generation: Generation[Any], first: Any) -> AsyncIterator[bytes]:

@@ -45,7 +45,7 @@ from llmflow.server.schemas import (
     TextCompletion,
     error_responses,
 )
-from llmflow.server.sse import DONE, StreamResponse
+from llmflow.server.sse import DONE, EventStream
 from llmflow.server.state import ServerState, get_state
 from llmflow.server.timings import RequestTimings
 from llmflow.types import CancelToken, Chunk, Completion
@@ -213,7 +213,7 @@ async def _answer(
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         fmt = StreamFormat(chat=chat, model=state.served.name, include_usage=include_usage)
-        return StreamResponse(_events(generation, fmt, body.timings), on_close=generation.close)
+        return EventStream(_events(generation, fmt, body.timings), on_close=generation.close)
     completion = await _collect(generation, request.receive)
     build = openai_format.chat_completion if chat else openai_format.text_completion
     answer = build(state.served.name, completion.text, completion.finish_reason, completion.usage)
