@@ -38,8 +38,7 @@ from llmflow.mlflow.inputs import Options, parse_each_row, parse_options, parse_
 from llmflow.mlflow.observe import STREAM_SPAN, observed_stream, predict_observed, start_trace
 from llmflow.mlflow.signature import RESULT_STRUCT, TIMINGS
 from llmflow.mlflow.struct_result import struct_answers
-from llmflow.observability import tracing_wanted
-from llmflow.timing import RequestTimings
+from llmflow.observability import RequestTimings, tracing_wanted
 from llmflow.types import Chunk, Completion, FinishReason, Usage
 
 if TYPE_CHECKING:

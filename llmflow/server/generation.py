@@ -1,30 +1,31 @@
-"""One admitted generation: a place in the admission queue, a worker thread, a deadline, and the
-request's timings, recorded in the metrics (and its MLflow trace ended) once both the worker and
-the response are done."""
+"""One admitted generation: a place in the admission queue, a worker thread and a deadline. Its
+record (`ObservedGeneration`: timings, usage, outcome, trace) is fed by the route as chunks go
+out, and ended and counted in the metrics once both the worker and the response are done."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from starlette.types import Receive
 
 from llmflow.errors import ClientDisconnected, RequestTimeout
+from llmflow.observability import ObservedGeneration
 from llmflow.server.sse import wait_for_disconnect
 from llmflow.server.state import ServerState
-from llmflow.server.timings import RequestTimings
 from llmflow.server.worker import ThreadedStream
-from llmflow.types import CancelToken
-
-if TYPE_CHECKING:
-    from llmflow.observability import RequestTrace
+from llmflow.types import CancelToken, Chunk
 
 T = TypeVar("T")
 
-#: from the last item of a stream: (finish reason or None, prompt tokens, completion tokens)
-Summary = tuple[str | None, int | None, int | None]
+#: the final chunk among a stream's items (llmflow's `Chunk`, a model's chunk dict), else None
+FinalOf = Callable[[Any], Chunk | None]
+
+
+def no_final(item: Any) -> Chunk | None:
+    return None
 
 
 class Generation(Generic[T]):
@@ -34,15 +35,13 @@ class Generation(Generic[T]):
         self,
         state: ServerState,
         stream: ThreadedStream[T],
-        timings: RequestTimings,
-        summarize: Callable[[T | None], Summary],
-        trace: RequestTrace | None = None,
+        observed: ObservedGeneration,
+        final_of: FinalOf,
     ):
         self.state = state
         self.stream = stream
-        self.timings = timings
-        self.trace = trace
-        self._summarize = summarize
+        self.observed = observed
+        self._final_of = final_of
         self._open = 2  # the worker and the response
         self._closed = False
         self._deadline: asyncio.TimerHandle | None = None
@@ -56,20 +55,13 @@ class Generation(Generic[T]):
         )
 
     def _time_out(self, timeout_s: float) -> None:
-        self.timings.outcome = self.timings.outcome or "timeout"
+        self.observed.decide("timeout")
         self.stream.fail(RequestTimeout(timeout_s))
 
     def _worker_done(self, _: Any) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
         self.state.admission.release()
-        finish, prompt_tokens, completion_tokens = self._summarize(self.stream.last)
-        self.timings.prompt_tokens = prompt_tokens
-        self.timings.completion_tokens = completion_tokens
-        if self.stream.failure is not None:
-            self.timings.outcome = self.timings.outcome or "error"
-        elif finish is not None:
-            self.timings.outcome = self.timings.outcome or finish
         self._settle()
 
     def close(self) -> None:
@@ -84,28 +76,31 @@ class Generation(Generic[T]):
     def _settle(self) -> None:
         self._open -= 1
         if self._open == 0:
-            self.timings.finish("stop" if self.stream.exhausted else "cancelled")
-            self.state.metrics.observe(self.timings)
-            if self.trace is not None:  # begun by the worker; ended with the numbers of the metrics
-                self.trace.end(self.timings, self.stream.failure)
+            stream, observed = self.stream, self.observed
+            # a final chunk the client did not take (it left) still says how the generation ended
+            final = None if stream.last is None else self._final_of(stream.last)
+            if final is not None:
+                observed.final(final)
+            observed.end("stop" if stream.exhausted else "cancelled", stream.failure)
+            self.state.metrics.observe(observed.timings)
             self.state.active.discard(self)  # last: once the gauge drops, the metrics are in
 
 
 async def start_generation(
     state: ServerState,
     make_iterator: Callable[[], Iterator[T]],
-    timings: RequestTimings,
-    summarize: Callable[[T | None], Summary],
+    observed: ObservedGeneration,
+    final_of: FinalOf = no_final,
     cancel: CancelToken | None = None,
-    trace: RequestTrace | None = None,
     receive: Receive | None = None,
 ) -> Generation[T]:
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
     then start `make_iterator()` in a worker thread; `cancel` is what stops it early, when the
-    source takes one. `trace`, begun by `make_iterator`'s stream, is ended when the generation
-    is over. With `receive`, a client that disconnects while waiting leaves the queue
-    (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
+    source takes one. `observed` is ended when the generation is over; `final_of` finds the final
+    chunk among the items. With `receive`, a client that disconnects while waiting leaves the
+    queue (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
     generation."""
+    timings = observed.timings
     timeout_s = state.settings.request_timeout_s
     if not state.admission.try_acquire():
         await _wait_for_place(state, timeout_s - timings.elapsed_s(), receive)
@@ -115,7 +110,7 @@ async def start_generation(
     except BaseException:
         state.admission.release()
         raise
-    generation = Generation(state, stream, timings, summarize, trace)
+    generation = Generation(state, stream, observed, final_of)
     generation.set_deadline(timeout_s - timings.elapsed_s())
     return generation
 

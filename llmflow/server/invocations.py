@@ -24,15 +24,14 @@ from mlflow.exceptions import MlflowException
 from starlette.types import Receive
 
 from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
-from llmflow.observability import RequestTrace, tracing_wanted, watch_model_stream
+from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, traced, tracing_wanted
 from llmflow.server import mlflow_scoring
 from llmflow.server.errors import error_body, error_response, llmflow_error_body
-from llmflow.server.generation import Generation, Summary, start_generation, stop_on_disconnect
+from llmflow.server.generation import Generation, start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.sse import DONE, EventStream, event
 from llmflow.server.state import ServerState, get_state
-from llmflow.server.timings import RequestTimings
-from llmflow.types import CancelToken, Usage, current_cancel
+from llmflow.types import CancelToken, Chunk, FinishReason, Usage, current_cancel
 
 logger = logging.getLogger(__name__)
 
@@ -141,21 +140,20 @@ async def _predict(
             trace.set_result(_parsed(answer.body), failed=answer.status >= 400)
         return iter((answer,))
 
+    observed = ObservedGeneration(timings, trace)
     generation = await start_generation(
-        state, _traced(trace, score, timings), timings, _no_summary, cancel, trace=trace, receive=receive
+        state, _traced(trace, score, timings), observed, cancel=cancel, receive=receive
     )
     try:
         with stop_on_disconnect(generation, receive):
             answer = await generation.stream.__anext__()
+            # the client has gone: nobody reads this answer
+            observed.decide("cancelled" if cancel.cancelled else "stop" if answer.status == 200 else "error")
     except Exception as exc:
-        timings.outcome = timings.outcome or "error"
+        observed.decide("error")
         return _error_answer(exc)
     finally:
         generation.close()
-    if cancel.cancelled:  # the client has gone: nobody reads this answer
-        timings.outcome = "cancelled"
-    else:
-        timings.outcome = "stop" if answer.status == 200 else "error"
     return Response(answer.body, status_code=answer.status, media_type=answer.media_type)
 
 
@@ -164,45 +162,43 @@ async def _stream(
 ) -> Response:
     trace = _request_trace(state, {**payload, "stream": True})
     make_iterator = _traced(trace, lambda: mlflow_scoring.predict_stream(model, payload), timings)
-    generation = await start_generation(
-        state, make_iterator, timings, _summarize_chunk, trace=trace, receive=receive
-    )
+    observed = ObservedGeneration(timings, trace)
+    generation = await start_generation(state, make_iterator, observed, _final_of, receive=receive)
     try:
         first = await generation.stream.__anext__()  # the model checks its input here
     except StopAsyncIteration:
         first = None
     except Exception as exc:
-        timings.outcome = timings.outcome or "error"
+        observed.decide("error")
         generation.close()
         return _error_answer(exc)
     return EventStream(_events(generation, first), on_close=generation.close)
 
 
 async def _events(generation: Generation[Any], first: Any) -> AsyncIterator[bytes]:
-    timings = generation.timings
+    observed = generation.observed
     try:
         if first is not None:
-            yield event(mlflow_scoring.chunk_json(_note_chunk(timings, first)))
+            yield event(mlflow_scoring.chunk_json(_note_chunk(observed, first)))
             async for chunk in generation.stream:
-                yield event(mlflow_scoring.chunk_json(_note_chunk(timings, chunk)))
+                yield event(mlflow_scoring.chunk_json(_note_chunk(observed, chunk)))
     except Exception as exc:
-        timings.outcome = timings.outcome or "error"
+        observed.decide("error")
         yield event(json.dumps(_stream_error_body(exc), ensure_ascii=False))
     finally:
         generation.close()
     yield DONE
 
 
-def _note_chunk(timings: RequestTimings, chunk: Any) -> Any:
-    """Time a chunk as it goes out; llmflow's final chunk (no text) ends the request, and the
+def _note_chunk(observed: ObservedGeneration, chunk: Any) -> Any:
+    """Record a chunk as it goes out; llmflow's final chunk (no text) ends the request, and the
     `timings` it carries when asked for are replaced by the server's."""
-    if not (isinstance(chunk, dict) and chunk.get("finish_reason")):
-        timings.token()
+    final = _final_of(chunk)
+    if final is None:
+        observed.text(_text_of(chunk))
         return chunk
-    reason, prompt, completion = _summarize_chunk(chunk)
-    usage = None if prompt is None or completion is None else Usage(prompt, completion)
-    timings.finish(reason or "stop", usage)
-    return {**chunk, "timings": timings.to_dict()} if "timings" in chunk else chunk
+    observed.final(final)
+    return {**chunk, "timings": observed.timings.to_dict()} if "timings" in chunk else chunk
 
 
 def _request_trace(state: ServerState, inputs: dict[str, Any]) -> RequestTrace | None:
@@ -217,7 +213,7 @@ def _traced(
 ) -> Callable[[], Iterator[Any]]:
     if trace is None:
         return make_iterator
-    return lambda: watch_model_stream(trace, make_iterator, timings.arrived)
+    return lambda: traced(trace, make_iterator, timings.arrived)
 
 
 def _parsed(body: str) -> Any:
@@ -227,25 +223,36 @@ def _parsed(body: str) -> Any:
         return body
 
 
-def _summarize_chunk(last: Any) -> Summary:
+def _text_of(chunk: Any) -> str:
+    """The text of a `predict_stream` chunk: a string, or llmflow's `{"content"}` (and other
+    models' dicts shaped like it); "" for others."""
+    if isinstance(chunk, str):
+        return chunk
+    content = chunk.get("content") if isinstance(chunk, dict) else None
+    return content if isinstance(content, str) else ""
+
+
+def _final_of(chunk: Any) -> Chunk | None:
     """llmflow models end their stream with `{"finish_reason", "usage"}`; other models may not."""
-    if not isinstance(last, dict):
-        return None, None, None
-    usage = last.get("usage")
-    reason = last.get("finish_reason")
-    reason = reason if isinstance(reason, str) else None
+    if not isinstance(chunk, dict):
+        return None
+    reason = chunk.get("finish_reason")
+    if not isinstance(reason, str) or not reason:
+        return None
+    try:
+        finish = FinishReason(reason)
+    except ValueError:
+        finish = None  # another model's reason: still the end, without one of llmflow's reasons
+    return Chunk("", finish, _usage_of(chunk.get("usage")))
+
+
+def _usage_of(usage: Any) -> Usage | None:
     if not isinstance(usage, dict):
-        return reason, None, None
+        return None
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    return (
-        reason,
-        prompt if isinstance(prompt, int) else None,
-        completion if isinstance(completion, int) else None,
-    )
-
-
-def _no_summary(last: Any) -> Summary:
-    return None, None, None
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return Usage(prompt, completion)
+    return None
 
 
 def _error_answer(exc: Exception) -> Response:

@@ -28,12 +28,12 @@ from llmflow.errors import (
     UnsupportedEndpoint,
 )
 from llmflow.llm import LLM, PreparedRequest
-from llmflow.observability import RequestTrace, tracing_wanted, watch_chunks
+from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, traced, tracing_wanted
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.server import openai_format
 from llmflow.server.errors import sse_error_event
-from llmflow.server.generation import Generation, Summary, start_generation, stop_on_disconnect
+from llmflow.server.generation import Generation, start_generation, stop_on_disconnect
 from llmflow.server.openai_format import StreamFormat
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
@@ -47,7 +47,6 @@ from llmflow.server.schemas import (
 )
 from llmflow.server.sse import DONE, EventStream
 from llmflow.server.state import ServerState, get_state
-from llmflow.server.timings import RequestTimings
 from llmflow.types import CancelToken, Chunk, Completion
 
 logger = logging.getLogger(__name__)
@@ -183,11 +182,8 @@ async def _prepare(llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool) 
 
 
 # -- answering ----------------------------------------------------------------------------------
-def _summarize(last: Chunk | None) -> Summary:
-    if last is None or last.usage is None:
-        return None, None, None
-    reason = last.finish_reason.value if last.finish_reason is not None else None
-    return reason, last.usage.prompt_tokens, last.usage.completion_tokens
+def _final_of(chunk: Chunk) -> Chunk | None:
+    return chunk if chunk.is_final else None
 
 
 async def _answer(
@@ -202,13 +198,15 @@ async def _answer(
 ) -> Response:
     cancel = CancelToken()
     trace = _request_trace(state, llm, body, chat=chat)
+    observed = ObservedGeneration(timings, trace)
 
     def make_iterator() -> Iterator[Chunk]:
-        chunks = llm.stream_prepared(prepared, cancel)
-        return chunks if trace is None else watch_chunks(trace, chunks, timings.arrived)
+        if trace is None:
+            return llm.stream_prepared(prepared, cancel)
+        return traced(trace, lambda: llm.stream_prepared(prepared, cancel), timings.arrived)
 
     generation = await start_generation(
-        state, make_iterator, timings, _summarize, cancel, trace, receive=request.receive
+        state, make_iterator, observed, _final_of, cancel, receive=request.receive
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -241,24 +239,24 @@ async def _events(
 ) -> AsyncIterator[bytes]:
     """role chunk (chat), text deltas, finish chunk, usage chunk (when asked), [DONE]. With
     timings, the last chunk before [DONE] carries them."""
-    timings = generation.timings
+    observed = generation.observed
     try:
         if fmt.chat:
             yield fmt.role()
         async for chunk in generation.stream:
             if chunk.text:
-                timings.token()
+                observed.text(chunk.text)
                 yield fmt.text(chunk.text)
                 continue
-            _finish(timings, chunk)
-            extra = {"timings": timings.to_dict()} if with_timings else None
+            observed.final(chunk)
+            extra = {"timings": observed.timings.to_dict()} if with_timings else None
             yield fmt.finish(chunk.finish_reason, None if fmt.include_usage else extra)
             if fmt.include_usage and chunk.usage is not None:
                 yield fmt.usage(chunk.usage, extra)
             break
     except Exception as exc:
         _log_stream_error(exc)
-        timings.outcome = timings.outcome or "error"
+        observed.decide("error")
         yield sse_error_event(exc)
     finally:
         generation.close()
@@ -268,26 +266,22 @@ async def _events(
 async def _collect(generation: Generation[Chunk], receive: Receive) -> Completion:
     """The whole answer; a client that disconnects meanwhile stops the generation."""
     parts: list[str] = []
+    observed = generation.observed
     try:
         with stop_on_disconnect(generation, receive):
             async for chunk in generation.stream:
                 if chunk.text:
-                    generation.timings.token()
+                    observed.text(chunk.text)
                     parts.append(chunk.text)
                 elif chunk.finish_reason is not None and chunk.usage is not None:
-                    _finish(generation.timings, chunk)
+                    observed.final(chunk)
                     return Completion("".join(parts), chunk.finish_reason, chunk.usage)
         raise RuntimeError("the generation ended without a final chunk")
     except BaseException:
-        generation.timings.outcome = generation.timings.outcome or "error"
+        observed.decide("error")
         raise
     finally:
         generation.close()
-
-
-def _finish(timings: RequestTimings, final: Chunk) -> None:
-    """The final chunk reached the client: the end of the request for its timings and metrics."""
-    timings.finish(final.finish_reason.value if final.finish_reason else "stop", final.usage)
 
 
 def _log_stream_error(exc: Exception) -> None:
