@@ -6,8 +6,8 @@ Errors from the model keep MLflow's shape (`{"error_code", "message"}`) and stat
 clients expect; the server's own refusals (key, limits, queue) use the OpenAI shape everywhere.
 
 With tracing on, each request is an MLflow trace (span `llmflow.invocations`); a model that traces
-itself (an llmflow model) nests its span in it. When an llmflow model was asked for `timings`, the
-final chunk's `timings` are the server's (queue included), the same numbers as /metrics.
+itself (an llmflow model) nests its span in it. The stream is written by the server's one loop
+(`pipeline`) in MLflow's chunk format (`mlflow_format`).
 """
 
 from __future__ import annotations
@@ -15,23 +15,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from mlflow.exceptions import MlflowException
 from starlette.types import Receive
 
 from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
 from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, traced, tracing_wanted
 from llmflow.server import mlflow_scoring
-from llmflow.server.errors import error_body, error_response, llmflow_error_body
-from llmflow.server.generation import Generation, start_generation, stop_on_disconnect
+from llmflow.server.errors import error_response
+from llmflow.server.generation import start_generation, stop_on_disconnect
+from llmflow.server.mlflow_format import ChunkDictFormat
+from llmflow.server.pipeline import NOTHING_READ, stream_events
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
-from llmflow.server.sse import DONE, EventStream, event
+from llmflow.server.sse import EventStream
 from llmflow.server.state import ServerState, get_state
-from llmflow.types import CancelToken, Chunk, FinishReason, Usage, current_cancel
+from llmflow.types import CancelToken, current_cancel
 
 logger = logging.getLogger(__name__)
 
@@ -163,42 +164,19 @@ async def _stream(
     trace = _request_trace(state, {**payload, "stream": True})
     make_iterator = _traced(trace, lambda: mlflow_scoring.predict_stream(model, payload), timings)
     observed = ObservedGeneration(timings, trace)
-    generation = await start_generation(state, make_iterator, observed, _final_of, receive=receive)
+    generation = await start_generation(
+        state, make_iterator, observed, ChunkDictFormat.final_of, receive=receive
+    )
     try:
         first = await generation.stream.__anext__()  # the model checks its input here
     except StopAsyncIteration:
-        first = None
+        first = NOTHING_READ
     except Exception as exc:
         observed.decide("error")
         generation.close()
         return _error_answer(exc)
-    return EventStream(_events(generation, first), on_close=generation.close)
-
-
-async def _events(generation: Generation[Any], first: Any) -> AsyncIterator[bytes]:
-    observed = generation.observed
-    try:
-        if first is not None:
-            yield event(mlflow_scoring.chunk_json(_note_chunk(observed, first)))
-            async for chunk in generation.stream:
-                yield event(mlflow_scoring.chunk_json(_note_chunk(observed, chunk)))
-    except Exception as exc:
-        observed.decide("error")
-        yield event(json.dumps(_stream_error_body(exc), ensure_ascii=False))
-    finally:
-        generation.close()
-    yield DONE
-
-
-def _note_chunk(observed: ObservedGeneration, chunk: Any) -> Any:
-    """Record a chunk as it goes out; llmflow's final chunk (no text) ends the request, and the
-    `timings` it carries when asked for are replaced by the server's."""
-    final = _final_of(chunk)
-    if final is None:
-        observed.text(_text_of(chunk))
-        return chunk
-    observed.final(final)
-    return {**chunk, "timings": observed.timings.to_dict()} if "timings" in chunk else chunk
+    events = stream_events(generation, ChunkDictFormat(), first)
+    return EventStream(events, on_close=generation.close)
 
 
 def _request_trace(state: ServerState, inputs: dict[str, Any]) -> RequestTrace | None:
@@ -223,38 +201,6 @@ def _parsed(body: str) -> Any:
         return body
 
 
-def _text_of(chunk: Any) -> str:
-    """The text of a `predict_stream` chunk: a string, or llmflow's `{"content"}` (and other
-    models' dicts shaped like it); "" for others."""
-    if isinstance(chunk, str):
-        return chunk
-    content = chunk.get("content") if isinstance(chunk, dict) else None
-    return content if isinstance(content, str) else ""
-
-
-def _final_of(chunk: Any) -> Chunk | None:
-    """llmflow models end their stream with `{"finish_reason", "usage"}`; other models may not."""
-    if not isinstance(chunk, dict):
-        return None
-    reason = chunk.get("finish_reason")
-    if not isinstance(reason, str) or not reason:
-        return None
-    try:
-        finish = FinishReason(reason)
-    except ValueError:
-        finish = None  # another model's reason: still the end, without one of llmflow's reasons
-    return Chunk("", finish, _usage_of(chunk.get("usage")))
-
-
-def _usage_of(usage: Any) -> Usage | None:
-    if not isinstance(usage, dict):
-        return None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if isinstance(prompt, int) and isinstance(completion, int):
-        return Usage(prompt, completion)
-    return None
-
-
 def _error_answer(exc: Exception) -> Response:
     """Before streaming began: llmflow's own errors by the table, the model's in MLflow's shape."""
     if isinstance(exc, LlmflowError):
@@ -264,16 +210,4 @@ def _error_answer(exc: Exception) -> Response:
         mlflow_scoring.error_body(error),
         status_code=error.get_http_status_code(),
         media_type="application/json",
-    )
-
-
-def _stream_error_body(exc: Exception) -> dict[str, Any]:
-    """After streaming began: an error event in OpenAI's shape."""
-    if isinstance(exc, LlmflowError):
-        return llmflow_error_body(exc)
-    if isinstance(exc, MlflowException):
-        return error_body(exc.message, "invalid_request_error", str(exc.error_code))
-    logger.error("the model failed while streaming", exc_info=exc)
-    return error_body(
-        f"the model failed while streaming: {type(exc).__name__}: {exc}", "server_error", "model_error"
     )

@@ -11,19 +11,16 @@ an MLflow trace whose span holds the request, the whole answer, usage and timing
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.types import Receive
 
 from llmflow.errors import (
     FieldProblem,
     InvalidParams,
     InvalidRequest,
-    LlmflowError,
     ModelNotFound,
     UnsupportedEndpoint,
 )
@@ -32,9 +29,9 @@ from llmflow.observability import ObservedGeneration, RequestTimings, RequestTra
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.server import openai_format
-from llmflow.server.errors import sse_error_event
-from llmflow.server.generation import Generation, start_generation, stop_on_disconnect
+from llmflow.server.generation import start_generation
 from llmflow.server.openai_format import StreamFormat
+from llmflow.server.pipeline import collect, stream_events
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
     ChatCompletion,
@@ -45,11 +42,9 @@ from llmflow.server.schemas import (
     TextCompletion,
     error_responses,
 )
-from llmflow.server.sse import DONE, EventStream
+from llmflow.server.sse import EventStream
 from llmflow.server.state import ServerState, get_state
-from llmflow.types import CancelToken, Chunk, Completion
-
-logger = logging.getLogger(__name__)
+from llmflow.types import CancelToken, Chunk
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
@@ -182,10 +177,6 @@ async def _prepare(llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool) 
 
 
 # -- answering ----------------------------------------------------------------------------------
-def _final_of(chunk: Chunk) -> Chunk | None:
-    return chunk if chunk.is_final else None
-
-
 async def _answer(
     state: ServerState,
     request: Request,
@@ -198,26 +189,24 @@ async def _answer(
 ) -> Response:
     cancel = CancelToken()
     trace = _request_trace(state, llm, body, chat=chat)
-    observed = ObservedGeneration(timings, trace)
 
     def make_iterator() -> Iterator[Chunk]:
         if trace is None:
             return llm.stream_prepared(prepared, cancel)
         return traced(trace, lambda: llm.stream_prepared(prepared, cancel), timings.arrived)
 
+    observed = ObservedGeneration(timings, trace)
     generation = await start_generation(
-        state, make_iterator, observed, _final_of, cancel, receive=request.receive
+        state, make_iterator, observed, StreamFormat.final_of, cancel, receive=request.receive
+    )
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    fmt = StreamFormat(
+        chat=chat, model=state.served.name, include_usage=include_usage, with_timings=bool(body.timings)
     )
     if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        fmt = StreamFormat(chat=chat, model=state.served.name, include_usage=include_usage)
-        return EventStream(_events(generation, fmt, body.timings), on_close=generation.close)
-    completion = await _collect(generation, request.receive)
-    build = openai_format.chat_completion if chat else openai_format.text_completion
-    answer = build(state.served.name, completion.text, completion.finish_reason, completion.usage)
-    if body.timings:
-        answer["timings"] = timings.to_dict()
-    return JSONResponse(answer)
+        return EventStream(stream_events(generation, fmt), on_close=generation.close)
+    completion = await collect(generation, request.receive)
+    return JSONResponse(fmt.answer(completion, timings))
 
 
 def _request_trace(
@@ -232,60 +221,3 @@ def _request_trace(
         attributes={"llmflow.engine": llm.engine.name, "llmflow.model": state.served.name},
         span_type=SPAN_TYPE_CHAT if chat else SPAN_TYPE_LLM,
     )
-
-
-async def _events(
-    generation: Generation[Chunk], fmt: StreamFormat, with_timings: bool = False
-) -> AsyncIterator[bytes]:
-    """role chunk (chat), text deltas, finish chunk, usage chunk (when asked), [DONE]. With
-    timings, the last chunk before [DONE] carries them."""
-    observed = generation.observed
-    try:
-        if fmt.chat:
-            yield fmt.role()
-        async for chunk in generation.stream:
-            if chunk.text:
-                observed.text(chunk.text)
-                yield fmt.text(chunk.text)
-                continue
-            observed.final(chunk)
-            extra = {"timings": observed.timings.to_dict()} if with_timings else None
-            yield fmt.finish(chunk.finish_reason, None if fmt.include_usage else extra)
-            if fmt.include_usage and chunk.usage is not None:
-                yield fmt.usage(chunk.usage, extra)
-            break
-    except Exception as exc:
-        _log_stream_error(exc)
-        observed.decide("error")
-        yield sse_error_event(exc)
-    finally:
-        generation.close()
-    yield DONE
-
-
-async def _collect(generation: Generation[Chunk], receive: Receive) -> Completion:
-    """The whole answer; a client that disconnects meanwhile stops the generation."""
-    parts: list[str] = []
-    observed = generation.observed
-    try:
-        with stop_on_disconnect(generation, receive):
-            async for chunk in generation.stream:
-                if chunk.text:
-                    observed.text(chunk.text)
-                    parts.append(chunk.text)
-                elif chunk.finish_reason is not None and chunk.usage is not None:
-                    observed.final(chunk)
-                    return Completion("".join(parts), chunk.finish_reason, chunk.usage)
-        raise RuntimeError("the generation ended without a final chunk")
-    except BaseException:
-        observed.decide("error")
-        raise
-    finally:
-        generation.close()
-
-
-def _log_stream_error(exc: Exception) -> None:
-    if isinstance(exc, LlmflowError):
-        logger.info("stream ended with an error: %s", exc)
-    else:
-        logger.error("stream failed", exc_info=exc)

@@ -1,4 +1,5 @@
-"""OpenAI response bodies. Stream chunks are built from pre-encoded prefix and suffix bytes, so a
+"""OpenAI's wire formats: chat and text completions, streamed (`StreamFormat`, a `WireFormat` of
+llmflow chunks) or whole. Stream chunks are built from pre-encoded prefix and suffix bytes, so a
 token costs one `json.dumps` of its text."""
 
 from __future__ import annotations
@@ -8,7 +9,9 @@ import time
 import uuid
 from typing import Any
 
-from llmflow.types import FinishReason, Usage
+from llmflow.observability import RequestTimings
+from llmflow.server.errors import sse_error_event
+from llmflow.types import Chunk, Completion, FinishReason, Usage
 
 
 def _dumps(value: Any) -> str:
@@ -25,11 +28,14 @@ def finish_reason_value(reason: FinishReason | None) -> str | None:
 
 class StreamFormat:
     """The chunks of one streamed answer, chat (`chat.completion.chunk`, text in `delta.content`)
-    or text completion (`text_completion`, text in `text`)."""
+    or text completion (`text_completion`, text in `text`): role chunk (chat), text deltas, finish
+    chunk, usage chunk (with `include_usage`). With `with_timings` (llmflow's extension) the last
+    chunk carries the request's `timings`."""
 
-    def __init__(self, *, chat: bool, model: str, include_usage: bool):
+    def __init__(self, *, chat: bool, model: str, include_usage: bool, with_timings: bool = False):
         self.chat = chat
         self.include_usage = include_usage
+        self.with_timings = with_timings
         self._head = {
             "id": new_id("chatcmpl" if chat else "cmpl"),
             "object": "chat.completion.chunk" if chat else "text_completion",
@@ -46,8 +52,42 @@ class StreamFormat:
         self._prefix = b"data: " + prefix.encode()
         self._suffix = suffix.encode() + b"\n\n"
 
-    def text(self, text: str) -> bytes:
+    # -- WireFormat[Chunk] ----------------------------------------------------------------------
+    def opening(self) -> bytes:
+        return self.role() if self.chat else b""
+
+    @staticmethod
+    def final_of(chunk: Chunk) -> Chunk | None:
+        return chunk if chunk.finish_reason is not None else None
+
+    @staticmethod
+    def text_of(chunk: Chunk) -> str:
+        return chunk.text
+
+    def item(self, chunk: Chunk) -> bytes:
         """The per-token path."""
+        return self.text(chunk.text)
+
+    def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
+        extra = {"timings": timings.to_dict()} if self.with_timings else None
+        if not self.include_usage or final.usage is None:
+            return self.finish(final.finish_reason, extra)
+        return self.finish(final.finish_reason) + self.usage(final.usage, extra)
+
+    @staticmethod
+    def error(error: Exception) -> bytes:
+        return sse_error_event(error)
+
+    def answer(self, completion: Completion, timings: RequestTimings) -> dict[str, Any]:
+        """The whole answer, not streamed."""
+        build = chat_completion if self.chat else text_completion
+        answer = build(self._head["model"], completion.text, completion.finish_reason, completion.usage)
+        if self.with_timings:
+            answer["timings"] = timings.to_dict()
+        return answer
+
+    # -- events ------------------------------------------------------------------------------------
+    def text(self, text: str) -> bytes:
         return self._prefix + json.dumps(text, ensure_ascii=False).encode() + self._suffix
 
     def role(self) -> bytes:

@@ -1,0 +1,123 @@
+"""The one server loop: a running generation's items, observed and written in a wire format.
+
+Every route that generates ends here: it prepares its request, starts a `Generation`, and picks
+a `WireFormat` (OpenAI chat, OpenAI text, MLflow's chunk dicts). `stream_events` streams and
+`collect` waits for the whole answer; both feed the generation's record (`ObservedGeneration`) as
+items go out, and both close the generation however they end. A new output format is one new
+`WireFormat`, nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator
+from typing import Any, Protocol, TypeVar
+
+from starlette.types import Receive
+
+from llmflow.errors import LlmflowError
+from llmflow.observability import RequestTimings
+from llmflow.server.generation import Generation, stop_on_disconnect
+from llmflow.server.sse import DONE
+from llmflow.types import Chunk, Completion
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+#: `stream_events`' `first` when no item was read ahead
+NOTHING_READ: Any = object()
+
+
+class WireFormat(Protocol[T_contra]):
+    """Pure functions from a generation's items (and, at the end, its timings) to SSE bytes."""
+
+    def opening(self) -> bytes:
+        """What goes out before the first item (b"" for nothing)."""
+        ...
+
+    def final_of(self, item: T_contra) -> Chunk | None:
+        """The item as llmflow's final chunk when it ends the generation, else None."""
+        ...
+
+    def text_of(self, item: T_contra) -> str:
+        """The text a non-final item carries ("" for none)."""
+        ...
+
+    def item(self, item: T_contra) -> bytes:
+        """The per-token path: one non-final item's event."""
+        ...
+
+    def final(self, item: T_contra, final: Chunk, timings: RequestTimings) -> bytes:
+        """The events of the final item (finish, usage, llmflow's `timings` when asked)."""
+        ...
+
+    def error(self, error: Exception) -> bytes:
+        """An error after streaming began: one event (the stream then ends with [DONE])."""
+        ...
+
+
+async def stream_events(
+    generation: Generation[T], fmt: WireFormat[T], first: Any = NOTHING_READ
+) -> AsyncGenerator[bytes, None]:
+    """The events of `generation` in `fmt`, then [DONE]; `first` is an item read ahead (a model
+    that checks its input at its first item). Ends at the final item."""
+    observed = generation.observed
+    final_of, text_of, item_event = fmt.final_of, fmt.text_of, fmt.item
+    try:
+        opening = fmt.opening()
+        if opening:
+            yield opening
+        items = generation.stream
+        item = first
+        while True:
+            if item is NOTHING_READ:
+                try:
+                    item = await items.__anext__()
+                except StopAsyncIteration:
+                    break
+            final = final_of(item)
+            if final is None:
+                observed.text(text_of(item))
+                yield item_event(item)
+                item = NOTHING_READ
+                continue
+            observed.final(final)
+            yield fmt.final(item, final, observed.timings)
+            break
+    except Exception as exc:
+        log_stream_error(exc)
+        observed.decide("error")
+        yield fmt.error(exc)
+    finally:
+        generation.close()
+    yield DONE
+
+
+async def collect(generation: Generation[Chunk], receive: Receive) -> Completion:
+    """The whole answer; a client that disconnects meanwhile stops the generation."""
+    parts: list[str] = []
+    observed = generation.observed
+    try:
+        with stop_on_disconnect(generation, receive):
+            async for chunk in generation.stream:
+                if chunk.text:
+                    observed.text(chunk.text)
+                    parts.append(chunk.text)
+                elif chunk.finish_reason is not None and chunk.usage is not None:
+                    observed.final(chunk)
+                    return Completion("".join(parts), chunk.finish_reason, chunk.usage)
+        raise RuntimeError("the generation ended without a final chunk")
+    except BaseException:
+        observed.decide("error")
+        raise
+    finally:
+        generation.close()
+
+
+def log_stream_error(exc: Exception) -> None:
+    if isinstance(exc, LlmflowError):
+        logger.info("stream ended with an error: %s", exc)
+    else:
+        logger.error("stream failed", exc_info=exc)
