@@ -83,7 +83,7 @@ class LlamaCppEngine(VocabMethods):
     concurrent: ClassVar[bool] = False
     #: what a logged model pins in its pip requirements (see llmflow.mlflow.requirements)
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
-    #: the load option that sets CPU threads (see llmflow.mlflow.executor: threads per Spark task)
+    #: the load option that sets CPU threads (see llmflow.mlflow.worker_cache: threads per Spark task)
     thread_option: ClassVar[str] = "n_threads"
 
     def __init__(self, llama: Any, model_path: Path, options: LlamaCppOptions):

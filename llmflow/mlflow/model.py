@@ -12,7 +12,7 @@ one `{"content", "finish_reason", "usage"}` dict per row (both serialise as JSON
 scoring server), or with `params={"result": "struct"}` one flat record per row where a bad row
 is an error record instead of a failed call (Spark's struct result: `struct_result.py`).
 
-Observability (`observe.py`): with `params={"timings": True}` the final stream chunk (and each
+Observability (`observed_calls.py`): with `params={"timings": True}` the final stream chunk (and each
 detail dict of `predict`) carries a `timings` object (queue_ms, ttft_ms, e2e_ms, token counts,
 decode_tokens_per_s). MLflow traces are recorded when `params={"trace": True}`, when the model
 was logged with `tracing=True`, or, unless either says False, when an MLflow experiment is set.
@@ -32,12 +32,18 @@ from mlflow.pyfunc import PythonModel
 from llmflow.errors import InvalidParams, LlmflowError, ModelNotFound
 from llmflow.llm import collect
 from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
-from llmflow.mlflow.errors import InvalidModelInput
-from llmflow.mlflow.executor import load_llm
-from llmflow.mlflow.inputs import Options, parse_each_row, parse_options, parse_rows, parse_single
-from llmflow.mlflow.observe import STREAM_SPAN, observed_stream, predict_observed, start_trace
+from llmflow.mlflow.inputs import (
+    InvalidModelInput,
+    Options,
+    parse_each_row,
+    parse_options,
+    parse_rows,
+    parse_single,
+)
+from llmflow.mlflow.observed_calls import STREAM_SPAN, observed_stream, predict_observed, start_trace
 from llmflow.mlflow.signature import RESULT_STRUCT, TIMINGS
 from llmflow.mlflow.struct_result import struct_answers
+from llmflow.mlflow.worker_cache import load_llm
 from llmflow.observability import RequestTimings, tracing_wanted
 from llmflow.types import Chunk, Completion, FinishReason, Usage
 

@@ -25,12 +25,12 @@ from starlette.types import Receive
 from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
 from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, traced, tracing_wanted
 from llmflow.server import mlflow_scoring
-from llmflow.server.errors import error_response
-from llmflow.server.generation import start_generation, stop_on_disconnect
+from llmflow.server.error_answers import error_response
+from llmflow.server.event_stream import EventStream
 from llmflow.server.mlflow_format import ChunkDictFormat
 from llmflow.server.pipeline import NOTHING_READ, stream_events
+from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
-from llmflow.server.sse import EventStream
 from llmflow.server.state import ServerState, get_state
 from llmflow.types import CancelToken, current_cancel
 

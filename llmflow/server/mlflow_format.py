@@ -18,8 +18,8 @@ from mlflow.exceptions import MlflowException
 from llmflow.errors import LlmflowError
 from llmflow.observability import RequestTimings
 from llmflow.server import mlflow_scoring
-from llmflow.server.errors import error_body, llmflow_error_body
-from llmflow.server.sse import event
+from llmflow.server.error_answers import error_body, llmflow_error_body
+from llmflow.server.event_stream import event
 from llmflow.types import Chunk, FinishReason, Usage
 
 logger = logging.getLogger(__name__)

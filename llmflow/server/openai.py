@@ -1,7 +1,7 @@
 """OpenAI-compatible routes: chat and text completions (streaming or not) and the model list.
 
 Input is validated and tokenized before the response starts, so bad input is a 4xx JSON answer,
-never a broken stream. Generation runs in a worker thread (see `generation`).
+never a broken stream. Generation runs in a worker thread (see `running`).
 
 llmflow extensions: `"timings": true` in a request adds a `timings` object (the numbers behind
 /metrics) to the answer, or to the last chunk of a stream; with tracing on, each generation is
@@ -29,9 +29,10 @@ from llmflow.observability import ObservedGeneration, RequestTimings, RequestTra
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.server import openai_format
-from llmflow.server.generation import start_generation
+from llmflow.server.event_stream import EventStream
 from llmflow.server.openai_format import StreamFormat
 from llmflow.server.pipeline import collect, stream_events
+from llmflow.server.running import start_generation
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
     ChatCompletion,
@@ -42,7 +43,6 @@ from llmflow.server.schemas import (
     TextCompletion,
     error_responses,
 )
-from llmflow.server.sse import EventStream
 from llmflow.server.state import ServerState, get_state
 from llmflow.types import CancelToken, Chunk
 

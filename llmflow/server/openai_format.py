@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from llmflow.observability import RequestTimings
-from llmflow.server.errors import sse_error_event
+from llmflow.server.error_answers import sse_error_event
 from llmflow.types import Chunk, Completion, FinishReason, Usage
 
 

@@ -1,6 +1,6 @@
 """The one server loop: a running generation's items, observed and written in a wire format.
 
-Every route that generates ends here: it prepares its request, starts a `Generation`, and picks
+Every route that generates ends here: it prepares its request, starts a `RunningGeneration`, and picks
 a `WireFormat` (OpenAI chat, OpenAI text, MLflow's chunk dicts). `stream_events` streams and
 `collect` waits for the whole answer; both feed the generation's record (`ObservedGeneration`) as
 items go out, and both close the generation however they end. A new output format is one new
@@ -17,8 +17,8 @@ from starlette.types import Receive
 
 from llmflow.errors import LlmflowError
 from llmflow.observability import RequestTimings
-from llmflow.server.generation import Generation, stop_on_disconnect
-from llmflow.server.sse import DONE
+from llmflow.server.event_stream import DONE
+from llmflow.server.running import RunningGeneration, stop_on_disconnect
 from llmflow.types import Chunk, Completion
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class WireFormat(Protocol[T_contra]):
 
 
 async def stream_events(
-    generation: Generation[T], fmt: WireFormat[T], first: Any = NOTHING_READ
+    generation: RunningGeneration[T], fmt: WireFormat[T], first: Any = NOTHING_READ
 ) -> AsyncGenerator[bytes, None]:
     """The events of `generation` in `fmt`, then [DONE]; `first` is an item read ahead (a model
     that checks its input at its first item). Ends at the final item."""
@@ -95,7 +95,7 @@ async def stream_events(
     yield DONE
 
 
-async def collect(generation: Generation[Chunk], receive: Receive) -> Completion:
+async def collect(generation: RunningGeneration[Chunk], receive: Receive) -> Completion:
     """The whole answer; a client that disconnects meanwhile stops the generation."""
     parts: list[str] = []
     observed = generation.observed

@@ -13,7 +13,7 @@ from starlette.types import Receive
 
 from llmflow.errors import ClientDisconnected, RequestTimeout
 from llmflow.observability import ObservedGeneration
-from llmflow.server.sse import wait_for_disconnect
+from llmflow.server.event_stream import wait_for_disconnect
 from llmflow.server.state import ServerState
 from llmflow.server.worker import ThreadedStream
 from llmflow.types import CancelToken, Chunk
@@ -28,7 +28,7 @@ def no_final(item: Any) -> Chunk | None:
     return None
 
 
-class Generation(Generic[T]):
+class RunningGeneration(Generic[T]):
     """Owns its admission place until the worker finishes; `close()` is the response's side."""
 
     def __init__(
@@ -93,7 +93,7 @@ async def start_generation(
     final_of: FinalOf = no_final,
     cancel: CancelToken | None = None,
     receive: Receive | None = None,
-) -> Generation[T]:
+) -> RunningGeneration[T]:
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
     then start `make_iterator()` in a worker thread; `cancel` is what stops it early, when the
     source takes one. `observed` is ended when the generation is over; `final_of` finds the final
@@ -110,7 +110,7 @@ async def start_generation(
     except BaseException:
         state.admission.release()
         raise
-    generation = Generation(state, stream, observed, final_of)
+    generation = RunningGeneration(state, stream, observed, final_of)
     generation.set_deadline(timeout_s - timings.elapsed_s())
     return generation
 
@@ -135,7 +135,7 @@ async def _wait_for_place(state: ServerState, timeout_s: float, receive: Receive
 
 
 @contextlib.contextmanager
-def stop_on_disconnect(generation: Generation[Any], receive: Receive) -> Iterator[None]:
+def stop_on_disconnect(generation: RunningGeneration[Any], receive: Receive) -> Iterator[None]:
     """Within the block, a client that disconnects stops `generation` (within a token when it
     has a cancel token); for answers that are sent whole, once the generation is over."""
     watcher = asyncio.ensure_future(wait_for_disconnect(receive))
