@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from llmflow.engines.base import Engine
 from llmflow.engines.llama_cpp import (
     LlamaCppOptions,
     LlamaVocab,
@@ -62,7 +63,7 @@ class LlamaCppBatchedOptions(LlamaCppOptions):
         return value
 
 
-class LlamaCppBatchedEngine(VocabMethods):
+class LlamaCppBatchedEngine(VocabMethods, Engine):
     """A GGUF model that decodes up to `max_concurrency` generations in one batch per step.
 
     `generate` may be called from many threads at once; beyond `max_concurrency` a generation
@@ -71,7 +72,7 @@ class LlamaCppBatchedEngine(VocabMethods):
     name: ClassVar[str] = "llama_cpp_batched"
     concurrent: ClassVar[bool] = True
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
-    thread_option: ClassVar[str] = "n_threads"
+    thread_option: ClassVar[str | None] = "n_threads"
 
     def __init__(
         self, backend: LlamaStepBackend, vocab: LlamaVocab, model_path: Path, options: LlamaCppBatchedOptions

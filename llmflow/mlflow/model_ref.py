@@ -174,7 +174,7 @@ def _with_threads(engine: str, options: dict[str, Any], threads: int | None) -> 
         return options
     from llmflow.engines import engine_class
 
-    option = getattr(engine_class(engine), "thread_option", None)
+    option = engine_class(engine).thread_option
     if option is None or option in options:
         return options
     return {**options, option: threads}

@@ -47,9 +47,9 @@ class ServerState:
         admission = Admission(max_running, settings.max_queue, settings.retry_after_s)
         active: set[RunningGeneration] = set()  # until a generation is over on both sides (worker, response)
         metrics = ServerMetrics(running=lambda: len(active), waiting=lambda: admission.waiting)
-        engine_stats = getattr(served.llm.engine, "stats", None) if served.llm is not None else None
-        if callable(engine_stats):
-            metrics.watch_engine(engine_stats)
+        engine = served.llm.engine if served.llm is not None else None
+        if engine is not None and engine.stats() is not None:
+            metrics.watch_engine(engine.stats)
         return cls(served, settings, admission, metrics, active=active)
 
     @property
