@@ -48,7 +48,7 @@ from llmflow.observability import RequestTimings, tracing_wanted
 from llmflow.types import Chunk, Completion, FinishReason, Usage
 
 if TYPE_CHECKING:
-    from llmflow.llm import LLM
+    from llmflow.llm import LLM, PreparedRequest, PromptInput
 
 
 class LlmflowPyfuncModel(PythonModel):
@@ -108,10 +108,7 @@ class LlmflowPyfuncModel(PythonModel):
         """Chunk dicts as tokens are generated. Bad input raises here, before the iterator."""
         timings = RequestTimings()
         llm = self._loaded()
-        with _as_mlflow_error():
-            row = parse_single(model_input)
-            options = parse_options(params, llm.default_params)
-            request = llm.prepare(row, options.sampling, system_prompt=options.system_prompt)
+        row, options, request = self.prepare_stream(model_input, params)
         timings.admit()  # in process there is no queue: queue_ms is the time taken to prepare
         trace = None
         if tracing_wanted(options.trace, self.tracing):
@@ -120,6 +117,18 @@ class LlmflowPyfuncModel(PythonModel):
             return chunk_dicts(llm.stream_prepared(request))
         stream = observed_stream(llm, request, timings, trace)
         return chunk_dicts(stream, timings if options.timings else None)
+
+    def prepare_stream(
+        self, model_input: Any, params: dict[str, Any] | None
+    ) -> tuple[PromptInput, Options, PreparedRequest]:
+        """What a stream checks before its first token: the one input, the params, the prepared
+        request. Callers that stream the LLM themselves (the server) start here too."""
+        llm = self._loaded()
+        with _as_mlflow_error():
+            row = parse_single(model_input)
+            options = parse_options(params, llm.default_params)
+            request = llm.prepare(row, options.sampling, system_prompt=options.system_prompt)
+        return row, options, request
 
     def _loaded(self) -> LLM:
         if self.llm is None:
@@ -141,6 +150,12 @@ def _answer(completion: Completion, timings: RequestTimings | None, options: Opt
 
 def find_llm(model: Any) -> LLM | None:
     """The LLM inside a loaded pyfunc model (or an `LlmflowPyfuncModel`), None for other models."""
+    python_model = find_llmflow_model(model)
+    return None if python_model is None else python_model.llm
+
+
+def find_llmflow_model(model: Any) -> LlmflowPyfuncModel | None:
+    """The `LlmflowPyfuncModel` inside a loaded pyfunc model (or itself), None for other models."""
     python_model = model
     unwrap = getattr(model, "unwrap_python_model", None)
     if unwrap is not None:
@@ -148,7 +163,7 @@ def find_llm(model: Any) -> LLM | None:
             python_model = unwrap()
         except MlflowException:  # not a python model
             return None
-    return python_model.llm if isinstance(python_model, LlmflowPyfuncModel) else None
+    return python_model if isinstance(python_model, LlmflowPyfuncModel) else None
 
 
 def weights_location(spec: ModelSpec, artifacts: dict[str, str]) -> Path:

@@ -87,10 +87,6 @@ class ObservedStream(Iterator[Chunk]):
         self.observed = observed
         self._started = False
 
-    @property
-    def timings(self) -> RequestTimings:
-        return self.observed.timings
-
     def __iter__(self) -> ObservedStream:
         return self
 

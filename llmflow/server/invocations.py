@@ -5,9 +5,13 @@ streaming: with `"stream": true` the answer is `text/event-stream`, one `data: <
 Errors from the model keep MLflow's shape (`{"error_code", "message"}`) and status, as MLflow
 clients expect; the server's own refusals (key, limits, queue) use the OpenAI shape everywhere.
 
-With tracing on, each request is an MLflow trace (span `llmflow.invocations`); a model that traces
-itself (an llmflow model) nests its span in it. The stream is written by the server's one loop
-(`pipeline`) in MLflow's chunk format (`mlflow_format`).
+An llmflow model's stream joins the server's own pipeline: its input is parsed and checked as
+MLflow's `predict_stream` would (`mlflow_scoring.stream_input`) and by the model's own checks into
+a prepared request, streamed like an OpenAI route's and written as the model's chunk dicts. Only
+a third-party model's stream runs through its pyfunc `predict_stream`.
+
+With tracing on, each request is one MLflow trace (span `llmflow.invocations`); a third-party model
+that traces itself nests its spans in it.
 """
 
 from __future__ import annotations
@@ -15,24 +19,28 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.types import Receive
 
 from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
-from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, traced, tracing_wanted
+from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, tracing_wanted
 from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_response
 from llmflow.server.event_stream import EventStream
-from llmflow.server.mlflow_format import ChunkDictFormat
+from llmflow.server.mlflow_format import ChunkDictFormat, LlmflowChunkFormat
 from llmflow.server.pipeline import NOTHING_READ, stream_events
 from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.state import ServerState, get_state
 from llmflow.types import CancelToken, current_cancel
+
+if TYPE_CHECKING:
+    from llmflow.llm import PreparedRequest
+    from llmflow.mlflow.model import LlmflowPyfuncModel
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +103,8 @@ async def invocations(request: Request) -> Response:
         if not state.served.streams_invocations:
             raise UnsupportedEndpoint(f"{state.served.name!r} does not implement predict_stream")
         assert payload is not None
+        if state.served.llmflow_model is not None:
+            return await _stream_llmflow(state, state.served.llmflow_model, payload, timings, request.receive)
         return await _stream(state, model, payload, timings, request.receive)
     data = body if payload is None else payload
     return await _predict(state, model, data, content_type, timings, request.receive)
@@ -142,9 +152,7 @@ async def _predict(
         return iter((answer,))
 
     observed = ObservedGeneration(timings, trace)
-    generation = await start_generation(
-        state, _traced(trace, score, timings), observed, cancel=cancel, receive=receive
-    )
+    generation = await start_generation(state, score, observed, cancel=cancel, receive=receive)
     try:
         with stop_on_disconnect(generation, receive):
             answer = await generation.stream.__anext__()
@@ -161,11 +169,9 @@ async def _predict(
 async def _stream(
     state: ServerState, model: Any, payload: dict[str, Any], timings: RequestTimings, receive: Receive
 ) -> Response:
-    trace = _request_trace(state, {**payload, "stream": True})
-    make_iterator = _traced(trace, lambda: mlflow_scoring.predict_stream(model, payload), timings)
-    observed = ObservedGeneration(timings, trace)
+    observed = ObservedGeneration(timings, _request_trace(state, {**payload, "stream": True}))
     generation = await start_generation(
-        state, make_iterator, observed, ChunkDictFormat.final_of, receive=receive
+        state, lambda: mlflow_scoring.predict_stream(model, payload), observed, receive=receive
     )
     try:
         first = await generation.stream.__anext__()  # the model checks its input here
@@ -179,19 +185,43 @@ async def _stream(
     return EventStream(events, on_close=generation.close)
 
 
-def _request_trace(state: ServerState, inputs: dict[str, Any]) -> RequestTrace | None:
-    if not tracing_wanted(state.settings.tracing):
+async def _stream_llmflow(
+    state: ServerState,
+    python_model: LlmflowPyfuncModel,
+    payload: dict[str, Any],
+    timings: RequestTimings,
+    receive: Receive,
+) -> Response:
+    """Bad input is a 400 in MLflow's shape before the stream starts, as from the pyfunc model."""
+    model = state.served.pyfunc
+
+    def prepare() -> tuple[Any, Any, PreparedRequest]:
+        data, params = mlflow_scoring.stream_input(model, payload)
+        return python_model.prepare_stream(data, params)
+
+    try:
+        _, options, prepared = await asyncio.to_thread(prepare)
+    except Exception as exc:
+        return _error_answer(exc)
+    llm = python_model.llm
+    assert llm is not None
+    trace = _request_trace(state, {**payload, "stream": True}, options.trace, python_model.tracing)
+    cancel = CancelToken()
+    observed = ObservedGeneration(timings, trace)
+    fmt = LlmflowChunkFormat(with_timings=options.timings)
+    generation = await start_generation(
+        state, lambda: llm.stream_prepared(prepared, cancel), observed, fmt.final_of, cancel, receive=receive
+    )
+    return EventStream(stream_events(generation, fmt), on_close=generation.close)
+
+
+def _request_trace(state: ServerState, inputs: dict[str, Any], *choices: bool | None) -> RequestTrace | None:
+    """The request's trace when tracing is wanted: `choices` (a call's `trace` param, the
+    model's setting) first, then the server's."""
+    if not tracing_wanted(*choices, state.settings.tracing):
         return None
     attributes = {"llmflow.engine": state.served.engine_name, "llmflow.model": state.served.name}
     return RequestTrace("llmflow.invocations", inputs, attributes=attributes)
-
-
-def _traced(
-    trace: RequestTrace | None, make_iterator: Callable[[], Iterator[Any]], timings: RequestTimings
-) -> Callable[[], Iterator[Any]]:
-    if trace is None:
-        return make_iterator
-    return lambda: traced(trace, make_iterator, timings.arrived)
 
 
 def _parsed(body: str) -> Any:

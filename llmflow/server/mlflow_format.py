@@ -1,32 +1,32 @@
 """MLflow's streaming wire format at /invocations: one `data: <chunk json>` event per
 `predict_stream` chunk, then `data: [DONE]` (the format Databricks Model Serving uses).
 
-Chunks are whatever the model yields: llmflow's `{"content"}` dicts ending with
-`{"content": "", "finish_reason", "usage"}`, other models' dicts or strings. When an llmflow
-model was asked for `timings`, the final chunk's `timings` are the server's (queue included),
-the same numbers as /metrics.
+An llmflow model's stream is llmflow's own chunks, written as its `predict_stream` writes them
+(`LlmflowChunkFormat`: `{"content"}` dicts, then `{"content": "", "finish_reason", "usage"}`, with
+the request's `timings` when asked: the server's numbers, queue included, as /metrics). A
+third-party model's chunks go out as it yields them (`ChunkDictFormat`: dicts or strings); its
+stream ends when the model's does.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from mlflow.exceptions import MlflowException
 
 from llmflow.errors import LlmflowError
+from llmflow.mlflow.model import chunk_to_dict
 from llmflow.observability import RequestTimings
 from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_body, llmflow_error_body
 from llmflow.server.event_stream import event
-from llmflow.types import Chunk, FinishReason, Usage
-
-logger = logging.getLogger(__name__)
+from llmflow.server.pipeline import ChunkFormat
+from llmflow.types import Chunk
 
 
 class ChunkDictFormat:
-    """`WireFormat` of a pyfunc model's `predict_stream` chunks."""
+    """`WireFormat` of a third-party model's chunks: every chunk is sent and counted as it is."""
 
     @staticmethod
     def opening() -> bytes:
@@ -34,17 +34,7 @@ class ChunkDictFormat:
 
     @staticmethod
     def final_of(chunk: Any) -> Chunk | None:
-        """llmflow models end their stream with `{"finish_reason", "usage"}`; other models may not."""
-        if not isinstance(chunk, dict):
-            return None
-        reason = chunk.get("finish_reason")
-        if not isinstance(reason, str) or not reason:
-            return None
-        try:
-            finish = FinishReason(reason)
-        except ValueError:
-            finish = None  # another model's reason: still the end, without one of llmflow's reasons
-        return Chunk("", finish, _usage_of(chunk.get("usage")))
+        return None
 
     @staticmethod
     def text_of(chunk: Any) -> str:
@@ -58,25 +48,39 @@ class ChunkDictFormat:
     def item(chunk: Any) -> bytes:
         return event(mlflow_scoring.chunk_json(chunk))
 
-    @staticmethod
-    def final(chunk: Any, final: Chunk, timings: RequestTimings) -> bytes:
-        if "timings" in chunk:
-            chunk = {**chunk, "timings": timings.to_dict()}
-        return event(mlflow_scoring.chunk_json(chunk))
+    def final(self, chunk: Any, final: Chunk, timings: RequestTimings) -> bytes:
+        return self.item(chunk)
 
     @staticmethod
     def error(error: Exception) -> bytes:
-        """In OpenAI's shape, as every error event of the server."""
-        return event(json.dumps(_stream_error_body(error), ensure_ascii=False))
+        return stream_error_event(error)
 
 
-def _usage_of(usage: Any) -> Usage | None:
-    if not isinstance(usage, dict):
-        return None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if isinstance(prompt, int) and isinstance(completion, int):
-        return Usage(prompt, completion)
-    return None
+class LlmflowChunkFormat(ChunkFormat):
+    """`WireFormat` of an llmflow model's chunks at /invocations."""
+
+    def __init__(self, with_timings: bool = False):
+        self.with_timings = with_timings
+
+    @staticmethod
+    def item(chunk: Chunk) -> bytes:
+        """The per-token path: `{"content": text}`."""
+        return b'data: {"content":' + json.dumps(chunk.text, ensure_ascii=False).encode() + b"}\n\n"
+
+    def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
+        body = chunk_to_dict(final)
+        if self.with_timings:
+            body["timings"] = timings.to_dict()
+        return event(mlflow_scoring.chunk_json(body))
+
+    @staticmethod
+    def error(error: Exception) -> bytes:
+        return stream_error_event(error)
+
+
+def stream_error_event(error: Exception) -> bytes:
+    """After streaming began: an error event in OpenAI's shape, as every error event of the server."""
+    return event(json.dumps(_stream_error_body(error), ensure_ascii=False))
 
 
 def _stream_error_body(exc: Exception) -> dict[str, Any]:

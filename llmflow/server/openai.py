@@ -11,7 +11,6 @@ an MLflow trace whose span holds the request, the whole answer, usage and timing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -25,7 +24,7 @@ from llmflow.errors import (
     UnsupportedEndpoint,
 )
 from llmflow.llm import LLM, PreparedRequest
-from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, traced, tracing_wanted
+from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, tracing_wanted
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.server import openai_format
@@ -44,7 +43,7 @@ from llmflow.server.schemas import (
     error_responses,
 )
 from llmflow.server.state import ServerState, get_state
-from llmflow.types import CancelToken, Chunk
+from llmflow.types import CancelToken
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
@@ -188,16 +187,14 @@ async def _answer(
     chat: bool,
 ) -> Response:
     cancel = CancelToken()
-    trace = _request_trace(state, llm, body, chat=chat)
-
-    def make_iterator() -> Iterator[Chunk]:
-        if trace is None:
-            return llm.stream_prepared(prepared, cancel)
-        return traced(trace, lambda: llm.stream_prepared(prepared, cancel), timings.arrived)
-
-    observed = ObservedGeneration(timings, trace)
+    observed = ObservedGeneration(timings, _request_trace(state, llm, body, chat=chat))
     generation = await start_generation(
-        state, make_iterator, observed, StreamFormat.final_of, cancel, receive=request.receive
+        state,
+        lambda: llm.stream_prepared(prepared, cancel),
+        observed,
+        StreamFormat.final_of,
+        cancel,
+        receive=request.receive,
     )
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     fmt = StreamFormat(

@@ -11,6 +11,7 @@ from typing import Any
 
 from llmflow.observability import RequestTimings
 from llmflow.server.error_answers import sse_error_event
+from llmflow.server.pipeline import ChunkFormat
 from llmflow.types import Chunk, Completion, FinishReason, Usage
 
 
@@ -26,7 +27,7 @@ def finish_reason_value(reason: FinishReason | None) -> str | None:
     return None if reason is None else reason.value
 
 
-class StreamFormat:
+class StreamFormat(ChunkFormat):
     """The chunks of one streamed answer, chat (`chat.completion.chunk`, text in `delta.content`)
     or text completion (`text_completion`, text in `text`): role chunk (chat), text deltas, finish
     chunk, usage chunk (with `include_usage`). With `with_timings` (llmflow's extension) the last
@@ -56,17 +57,9 @@ class StreamFormat:
     def opening(self) -> bytes:
         return self.role() if self.chat else b""
 
-    @staticmethod
-    def final_of(chunk: Chunk) -> Chunk | None:
-        return chunk if chunk.finish_reason is not None else None
-
-    @staticmethod
-    def text_of(chunk: Chunk) -> str:
-        return chunk.text
-
     def item(self, chunk: Chunk) -> bytes:
         """The per-token path."""
-        return self.text(chunk.text)
+        return self._prefix + json.dumps(chunk.text, ensure_ascii=False).encode() + self._suffix
 
     def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
         extra = {"timings": timings.to_dict()} if self.with_timings else None
@@ -87,9 +80,6 @@ class StreamFormat:
         return answer
 
     # -- events ------------------------------------------------------------------------------------
-    def text(self, text: str) -> bytes:
-        return self._prefix + json.dumps(text, ensure_ascii=False).encode() + self._suffix
-
     def role(self) -> bytes:
         return self._event(self._choice({"role": "assistant", "content": ""}, None))
 

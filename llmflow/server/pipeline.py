@@ -31,31 +31,33 @@ NOTHING_READ: Any = object()
 
 
 class WireFormat(Protocol[T_contra]):
-    """Pure functions from a generation's items (and, at the end, its timings) to SSE bytes."""
+    """Pure functions from a generation's items (and, at the end, its timings) to SSE bytes:
+    what goes out first (b"" for nothing), the final chunk among the items (None for others),
+    an item's text, a non-final item's event (the per-token path), the final item's events, and
+    an error event after streaming began (the stream then ends with [DONE])."""
 
-    def opening(self) -> bytes:
-        """What goes out before the first item (b"" for nothing)."""
-        ...
+    def opening(self) -> bytes: ...
+    def final_of(self, item: T_contra) -> Chunk | None: ...
+    def text_of(self, item: T_contra) -> str: ...
+    def item(self, item: T_contra) -> bytes: ...
+    def final(self, item: T_contra, final: Chunk, timings: RequestTimings) -> bytes: ...
+    def error(self, error: Exception) -> bytes: ...
 
-    def final_of(self, item: T_contra) -> Chunk | None:
-        """The item as llmflow's final chunk when it ends the generation, else None."""
-        ...
 
-    def text_of(self, item: T_contra) -> str:
-        """The text a non-final item carries ("" for none)."""
-        ...
+class ChunkFormat:
+    """What every format of llmflow's own chunks shares: the final chunk has the finish reason."""
 
-    def item(self, item: T_contra) -> bytes:
-        """The per-token path: one non-final item's event."""
-        ...
+    @staticmethod
+    def opening() -> bytes:
+        return b""
 
-    def final(self, item: T_contra, final: Chunk, timings: RequestTimings) -> bytes:
-        """The events of the final item (finish, usage, llmflow's `timings` when asked)."""
-        ...
+    @staticmethod
+    def final_of(chunk: Chunk) -> Chunk | None:
+        return chunk if chunk.finish_reason is not None else None
 
-    def error(self, error: Exception) -> bytes:
-        """An error after streaming began: one event (the stream then ends with [DONE])."""
-        ...
+    @staticmethod
+    def text_of(chunk: Chunk) -> str:
+        return chunk.text
 
 
 async def stream_events(

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 from starlette.types import Receive
 
 from llmflow.errors import ClientDisconnected, RequestTimeout
-from llmflow.observability import ObservedGeneration
+from llmflow.observability import ObservedGeneration, RequestTrace, traced
 from llmflow.server.event_stream import wait_for_disconnect
 from llmflow.server.state import ServerState
 from llmflow.server.worker import ThreadedStream
@@ -96,8 +96,9 @@ async def start_generation(
 ) -> RunningGeneration[T]:
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
     then start `make_iterator()` in a worker thread; `cancel` is what stops it early, when the
-    source takes one. `observed` is ended when the generation is over; `final_of` finds the final
-    chunk among the items. With `receive`, a client that disconnects while waiting leaves the
+    source takes one. `observed` is ended when the generation is over; its trace, when it has
+    one, is begun and active in the worker (`traced`); `final_of` finds the final chunk among the
+    items. With `receive`, a client that disconnects while waiting leaves the
     queue (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
     generation."""
     timings = observed.timings
@@ -105,6 +106,9 @@ async def start_generation(
     if not state.admission.try_acquire():
         await _wait_for_place(state, timeout_s - timings.elapsed_s(), receive)
     timings.admit()
+    trace = observed.trace
+    if trace is not None:
+        make_iterator = _in_trace(trace, make_iterator, timings.arrived)
     try:
         stream = ThreadedStream(make_iterator, state.executor, cancel)
     except BaseException:
@@ -113,6 +117,12 @@ async def start_generation(
     generation = RunningGeneration(state, stream, observed, final_of)
     generation.set_deadline(timeout_s - timings.elapsed_s())
     return generation
+
+
+def _in_trace(
+    trace: RequestTrace, make_iterator: Callable[[], Iterator[T]], started: float
+) -> Callable[[], Iterator[T]]:
+    return lambda: traced(trace, make_iterator, started)
 
 
 async def _wait_for_place(state: ServerState, timeout_s: float, receive: Receive | None) -> None:

@@ -12,23 +12,30 @@ if TYPE_CHECKING:
     from mlflow.pyfunc import PyFuncModel
 
     from llmflow.llm import LLM
+    from llmflow.mlflow.model import LlmflowPyfuncModel
 
 
 @dataclass
 class ServedModel:
-    """The loaded model and the name clients call it by."""
+    """The loaded model and the name clients call it by. `llmflow_model` is the llmflow pyfunc
+    model inside `pyfunc` (None for a third-party model): /invocations streams it through the
+    server's own pipeline."""
 
     name: str
     llm: LLM | None = None
     pyfunc: PyFuncModel | None = None
+    llmflow_model: LlmflowPyfuncModel | None = None
 
     @classmethod
     def from_llm(cls, llm: LLM, name: str | None = None) -> ServedModel:
-        return cls(name or llm.model_name, llm=llm, pyfunc=pyfunc_for_llm(llm))
+        return cls.from_pyfunc(pyfunc_for_llm(llm), name or llm.model_name, llm=llm)
 
     @classmethod
-    def from_pyfunc(cls, pyfunc: PyFuncModel, name: str) -> ServedModel:
-        return cls(name, llm=_find_llm(pyfunc), pyfunc=pyfunc)
+    def from_pyfunc(cls, pyfunc: PyFuncModel | None, name: str, llm: LLM | None = None) -> ServedModel:
+        llmflow_model = _find_llmflow_model(pyfunc)
+        if llm is None and llmflow_model is not None:
+            llm = llmflow_model.llm
+        return cls(name, llm=llm, pyfunc=pyfunc, llmflow_model=llmflow_model)
 
     @property
     def engine_name(self) -> str | None:
@@ -67,12 +74,14 @@ def load_served(
     return ServedModel.from_llm(resolved.llm, name)
 
 
-def _find_llm(pyfunc: Any) -> LLM | None:
+def _find_llmflow_model(pyfunc: Any) -> LlmflowPyfuncModel | None:
+    if pyfunc is None:
+        return None
     try:
-        from llmflow.mlflow import find_llm
+        from llmflow.mlflow.model import find_llmflow_model
     except ImportError:  # llmflow's MLflow flavor is not available: serve the model as any pyfunc
         return None
-    return find_llm(pyfunc)
+    return find_llmflow_model(pyfunc)
 
 
 class _LlmPythonModelImpl:
