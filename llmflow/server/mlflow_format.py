@@ -25,12 +25,8 @@ from llmflow.server.pipeline import ChunkFormat
 from llmflow.types import Chunk
 
 
-class ChunkDictFormat:
+class ChunkDictFormat(ChunkFormat):
     """`WireFormat` of a third-party model's chunks: every chunk is sent and counted as it is."""
-
-    @staticmethod
-    def opening() -> bytes:
-        return b""
 
     @staticmethod
     def final_of(chunk: Any) -> Chunk | None:
