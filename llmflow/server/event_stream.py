@@ -56,7 +56,6 @@ class EventStream(Response):
         self._events = events
         self._on_close = on_close
         self._ping_interval_s = ping_interval_s
-        self._idle = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -80,14 +79,11 @@ class EventStream(Response):
     async def _send_events(self, send: Send) -> None:
         """The per-token path: one `send` per event."""
         async for data in self._events:
-            self._idle = False
             await send({"type": "http.response.body", "body": data, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _ping(self, send: Send) -> None:
-        """A comment after every interval in which no event went out."""
+        """A comment every interval, so that proxies see a live connection while nothing else goes."""
         while True:
             await anyio.sleep(self._ping_interval_s)
-            if self._idle:
-                await send({"type": "http.response.body", "body": PING, "more_body": True})
-            self._idle = True
+            await send({"type": "http.response.body", "body": PING, "more_body": True})

@@ -27,12 +27,12 @@ from fastapi.responses import Response
 from starlette.types import Receive
 
 from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
-from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, tracing_wanted
+from llmflow.observability import RequestTimings
 from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_response
 from llmflow.server.event_stream import EventStream
 from llmflow.server.mlflow_format import ChunkDictFormat, LlmflowChunkFormat
-from llmflow.server.pipeline import NOTHING_READ, stream_events
+from llmflow.server.pipeline import NOTHING_READ, observe, stream_events
 from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.state import ServerState, get_state
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 router = APIRouter(tags=["MLflow"])
+
+INVOCATIONS_SPAN = "llmflow.invocations"
 
 _INLINE_JSON_BYTES = 64 * 1024  # larger bodies are parsed in a thread
 
@@ -138,7 +140,9 @@ async def _predict(
 ) -> Response:
     """MLflow's `predict` in a worker. A client that disconnects meanwhile cancels it: an llmflow
     model's generations stop within a token (through `current_cancel`), and its place is freed."""
-    trace = _request_trace(state, data if isinstance(data, dict) else {"content_type": content_type})
+    inputs = data if isinstance(data, dict) else {"content_type": content_type}
+    observed = observe(state, timings, INVOCATIONS_SPAN, lambda: inputs)
+    trace = observed.trace
     cancel = CancelToken()
 
     def score() -> Iterator[Any]:
@@ -151,7 +155,6 @@ async def _predict(
             trace.set_result(_parsed(answer.body), failed=answer.status >= 400)
         return iter((answer,))
 
-    observed = ObservedGeneration(timings, trace)
     generation = await start_generation(state, score, observed, cancel=cancel, receive=receive)
     try:
         with stop_on_disconnect(generation, receive):
@@ -169,7 +172,7 @@ async def _predict(
 async def _stream(
     state: ServerState, model: Any, payload: dict[str, Any], timings: RequestTimings, receive: Receive
 ) -> Response:
-    observed = ObservedGeneration(timings, _request_trace(state, {**payload, "stream": True}))
+    observed = observe(state, timings, INVOCATIONS_SPAN, lambda: {**payload, "stream": True})
     generation = await start_generation(
         state, lambda: mlflow_scoring.predict_stream(model, payload), observed, receive=receive
     )
@@ -205,23 +208,14 @@ async def _stream_llmflow(
         return _error_answer(exc)
     llm = python_model.llm
     assert llm is not None
-    trace = _request_trace(state, {**payload, "stream": True}, options.trace, python_model.tracing)
+    inputs = {**payload, "stream": True}
+    observed = observe(state, timings, INVOCATIONS_SPAN, lambda: inputs, options.trace, python_model.tracing)
     cancel = CancelToken()
-    observed = ObservedGeneration(timings, trace)
     fmt = LlmflowChunkFormat(with_timings=options.timings)
     generation = await start_generation(
         state, lambda: llm.stream_prepared(prepared, cancel), observed, fmt.final_of, cancel, receive=receive
     )
     return EventStream(stream_events(generation, fmt), on_close=generation.close)
-
-
-def _request_trace(state: ServerState, inputs: dict[str, Any], *choices: bool | None) -> RequestTrace | None:
-    """The request's trace when tracing is wanted: `choices` (a call's `trace` param, the
-    model's setting) first, then the server's."""
-    if not tracing_wanted(*choices, state.settings.tracing):
-        return None
-    attributes = {"llmflow.engine": state.served.engine_name, "llmflow.model": state.served.name}
-    return RequestTrace("llmflow.invocations", inputs, attributes=attributes)
 
 
 def _parsed(body: str) -> Any:

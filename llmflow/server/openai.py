@@ -24,13 +24,13 @@ from llmflow.errors import (
     UnsupportedEndpoint,
 )
 from llmflow.llm import LLM, PreparedRequest
-from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, tracing_wanted
+from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.server import openai_format
 from llmflow.server.event_stream import EventStream
 from llmflow.server.openai_format import StreamFormat
-from llmflow.server.pipeline import collect, stream_events
+from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.running import start_generation
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
@@ -187,7 +187,10 @@ async def _answer(
     chat: bool,
 ) -> Response:
     cancel = CancelToken()
-    observed = ObservedGeneration(timings, _request_trace(state, llm, body, chat=chat))
+    name, span_type = (
+        ("llmflow.chat_completions", SPAN_TYPE_CHAT) if chat else ("llmflow.completions", SPAN_TYPE_LLM)
+    )
+    observed = observe(state, timings, name, lambda: body.model_dump(exclude_unset=True), span_type=span_type)
     generation = await start_generation(
         state,
         lambda: llm.stream_prepared(prepared, cancel),
@@ -204,17 +207,3 @@ async def _answer(
         return EventStream(stream_events(generation, fmt), on_close=generation.close)
     completion = await collect(generation, request.receive)
     return JSONResponse(fmt.answer(completion, timings))
-
-
-def _request_trace(
-    state: ServerState, llm: LLM, body: ChatCompletionRequest | CompletionRequest, *, chat: bool
-) -> RequestTrace | None:
-    """The MLflow trace of this request when the server traces; its inputs are the request."""
-    if not tracing_wanted(state.settings.tracing):
-        return None
-    return RequestTrace(
-        "llmflow.chat_completions" if chat else "llmflow.completions",
-        body.model_dump(exclude_unset=True),
-        attributes={"llmflow.engine": llm.engine.name, "llmflow.model": state.served.name},
-        span_type=SPAN_TYPE_CHAT if chat else SPAN_TYPE_LLM,
-    )

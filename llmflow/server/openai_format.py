@@ -72,9 +72,21 @@ class StreamFormat(ChunkFormat):
         return sse_error_event(error)
 
     def answer(self, completion: Completion, timings: RequestTimings) -> dict[str, Any]:
-        """The whole answer, not streamed."""
-        build = chat_completion if self.chat else text_completion
-        answer = build(self._head["model"], completion.text, completion.finish_reason, completion.usage)
+        """The whole answer, not streamed: `chat.completion` (text in `message`) or `text_completion`."""
+        choice: dict[str, Any] = {"index": 0}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": completion.text}
+        else:
+            choice["text"] = completion.text
+        choice.update(logprobs=None, finish_reason=completion.finish_reason.value)
+        answer: dict[str, Any] = {
+            "id": new_id("chatcmpl" if self.chat else "cmpl"),
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": int(time.time()),
+            "model": self._head["model"],
+            "choices": [choice],
+            "usage": completion.usage.to_dict(),
+        }
         if self.with_timings:
             answer["timings"] = timings.to_dict()
         return answer
@@ -104,37 +116,6 @@ class StreamFormat(ChunkFormat):
     @staticmethod
     def _event(body: dict[str, Any]) -> bytes:
         return b"data: " + _dumps(body).encode() + b"\n\n"
-
-
-def chat_completion(model: str, text: str, reason: FinishReason | None, usage: Usage) -> dict[str, Any]:
-    return {
-        "id": new_id("chatcmpl"),
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish_reason_value(reason),
-            }
-        ],
-        "usage": usage.to_dict(),
-    }
-
-
-def text_completion(model: str, text: str, reason: FinishReason | None, usage: Usage) -> dict[str, Any]:
-    return {
-        "id": new_id("cmpl"),
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason_value(reason)}
-        ],
-        "usage": usage.to_dict(),
-    }
 
 
 def model_list(name: str, created: int) -> dict[str, Any]:

@@ -10,15 +10,17 @@ items go out, and both close the generation however they end. A new output forma
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol, TypeVar
 
 from starlette.types import Receive
 
 from llmflow.errors import LlmflowError
-from llmflow.observability import RequestTimings
+from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, tracing_wanted
+from llmflow.observability.trace import SPAN_TYPE_LLM
 from llmflow.server.event_stream import DONE
 from llmflow.server.running import RunningGeneration, stop_on_disconnect
+from llmflow.server.state import ServerState
 from llmflow.types import Chunk, Completion
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,25 @@ class ChunkFormat:
     @staticmethod
     def text_of(chunk: Chunk) -> str:
         return chunk.text
+
+
+def observe(
+    state: ServerState,
+    timings: RequestTimings,
+    name: str,
+    inputs: Callable[[], Any],
+    *choices: bool | None,
+    span_type: str = SPAN_TYPE_LLM,
+) -> ObservedGeneration:
+    """The record of one request, with an MLflow trace (span `name`, its inputs the request) when
+    tracing is wanted: `choices` (a call's `trace` param, the model's setting) first, then the
+    server's setting."""
+    if not tracing_wanted(*choices, state.settings.tracing):
+        return ObservedGeneration(timings)
+    attributes = {"llmflow.engine": state.served.engine_name, "llmflow.model": state.served.name}
+    return ObservedGeneration(
+        timings, RequestTrace(name, inputs(), attributes=attributes, span_type=span_type)
+    )
 
 
 async def stream_events(

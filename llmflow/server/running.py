@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from starlette.types import Receive
 
 from llmflow.errors import ClientDisconnected, RequestTimeout
-from llmflow.observability import ObservedGeneration, RequestTrace, traced
+from llmflow.observability import ObservedGeneration, traced
 from llmflow.server.event_stream import wait_for_disconnect
 from llmflow.server.state import ServerState
 from llmflow.server.worker import ThreadedStream
@@ -106,9 +107,8 @@ async def start_generation(
     if not state.admission.try_acquire():
         await _wait_for_place(state, timeout_s - timings.elapsed_s(), receive)
     timings.admit()
-    trace = observed.trace
-    if trace is not None:
-        make_iterator = _in_trace(trace, make_iterator, timings.arrived)
+    if observed.trace is not None:
+        make_iterator = partial(traced, observed.trace, make_iterator, timings.arrived)
     try:
         stream = ThreadedStream(make_iterator, state.executor, cancel)
     except BaseException:
@@ -117,12 +117,6 @@ async def start_generation(
     generation = RunningGeneration(state, stream, observed, final_of)
     generation.set_deadline(timeout_s - timings.elapsed_s())
     return generation
-
-
-def _in_trace(
-    trace: RequestTrace, make_iterator: Callable[[], Iterator[T]], started: float
-) -> Callable[[], Iterator[T]]:
-    return lambda: traced(trace, make_iterator, started)
 
 
 async def _wait_for_place(state: ServerState, timeout_s: float, receive: Receive | None) -> None:
