@@ -15,7 +15,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from llmflow import __version__
 from llmflow.server import health, invocations, openai, playground
-from llmflow.server.errors import EXCEPTION_HANDLERS
+from llmflow.server.error_answers import EXCEPTION_HANDLERS
 from llmflow.server.middleware import ApiKeyMiddleware, BodyLimitMiddleware, ResponseCounterMiddleware
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings

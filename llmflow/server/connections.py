@@ -24,7 +24,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from llmflow.errors import LlmflowError, RequestReadTimeout, TooManyConnections
-from llmflow.server.errors import error_headers, llmflow_error_body, status_of
+from llmflow.server.error_answers import error_headers, llmflow_error_body, status_of
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from llmflow.server.timings import RequestTimings
+from llmflow.observability.timings import RequestTimings
 
 _LATENCY_BUCKETS = (
     0.001,

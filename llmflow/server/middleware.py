@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmflow.errors import LlmflowError, RequestReadTimeout, RequestTooLarge, Unauthorized
-from llmflow.server.errors import error_response
+from llmflow.server.error_answers import error_response
 
 logger = logging.getLogger(__name__)
 
