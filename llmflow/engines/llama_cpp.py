@@ -1,14 +1,16 @@
-"""llama.cpp through llama-cpp-python: GGUF models on CPU (and GPU with n_gpu_layers)."""
+"""llama.cpp through llama-cpp-python: GGUF models on the CPU, or on a GPU when llama.cpp was
+built with a GPU backend (CUDA, Metal, ...): then every layer runs there by default."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from llmflow.engines.openmp import release_thread_team
 from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
@@ -16,6 +18,11 @@ from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
 from llmflow.types import CancelToken
+
+#: ggml's element type ids of the KV cache types llmflow offers
+KV_CACHE_TYPES: dict[str, int] = {"f16": 1, "q8_0": 8}
+#: what llama.cpp reads as "every layer" (it clamps to the model's count)
+ALL_LAYERS = 0x7FFFFFFF
 
 
 def usable_cores() -> int:
@@ -34,7 +41,19 @@ class LlamaCppOptions(BaseModel):
     n_ctx: int = Field(4096, ge=16, description="context window in tokens (0 = the model's own)")
     n_threads: int = Field(default_factory=usable_cores, ge=1)
     n_batch: int = Field(512, ge=1, description="prompt tokens per decode call")
-    n_gpu_layers: int = Field(0, ge=-1, description="layers to offload to a GPU; -1 = all")
+    n_gpu_layers: int | None = Field(
+        None,
+        ge=-1,
+        description="layers to offload to a GPU; -1 = all; default: all when llama.cpp has a GPU backend",
+    )
+    flash_attn: bool | None = Field(
+        None,
+        description="flash attention; default: on when layers run on a GPU (on the CPU it stays off, "
+        "so that both llama.cpp engines compute the same numbers)",
+    )
+    kv_cache_type: Literal["f16", "q8_0"] = Field(
+        "f16", description="KV cache element type: q8_0 halves its memory and needs flash attention"
+    )
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="default RNG seed")
     verbose: bool = False
     prompt_cache: bool = Field(
@@ -44,12 +63,51 @@ class LlamaCppOptions(BaseModel):
         "to the same request may differ slightly from call to call",
     )
 
+    @field_validator("kv_cache_type")
+    @classmethod
+    def _quantized_cache_needs_flash_attention(cls, value: str, info: ValidationInfo) -> str:
+        if value != "f16" and info.data.get("flash_attn") is False:
+            raise ValueError(f"{value} needs flash_attn (llama.cpp quantizes V only with flash attention)")
+        return value
+
     @classmethod
     def parse(cls, options: dict[str, Any]) -> LlamaCppOptions:
         try:
             return cls.model_validate(options)
         except ValidationError as exc:
             raise InvalidParams(problems_from_validation(exc)) from None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and how llama.cpp runs the model: the options resolved against the build."""
+
+    n_gpu_layers: int
+    flash_attn: bool
+    #: ggml type id of K and V in the cache
+    kv_type: int
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.n_gpu_layers != 0
+
+
+def placement(options: LlamaCppOptions, gpu_backend: bool) -> Placement:
+    """Every layer on the GPU unless told otherwise; flash attention wherever layers run on the
+    GPU (or the cache is quantized). `gpu_backend`: llama.cpp was built with one."""
+    layers = options.n_gpu_layers
+    if layers is None or layers == -1:
+        layers = ALL_LAYERS if gpu_backend else 0
+    if not gpu_backend:
+        layers = 0  # llama.cpp would ignore them; say so in `Placement` too
+    flash_attn = options.flash_attn
+    if flash_attn is None:
+        flash_attn = layers != 0 or options.kv_cache_type != "f16"
+    return Placement(layers, flash_attn, KV_CACHE_TYPES[options.kv_cache_type])
+
+
+def has_gpu_backend(llama_cpp: Any) -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
 
 
 class VocabMethods:
@@ -96,9 +154,10 @@ class LlamaCppEngine(VocabMethods):
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppEngine:
         parsed = LlamaCppOptions.parse(options)
         path = gguf_file(model_path)
-        import_llama_cpp(cls.name)
+        llama_cpp = import_llama_cpp(cls.name)
         from llama_cpp import Llama
 
+        where = placement(parsed, has_gpu_backend(llama_cpp))
         try:
             llama = Llama(
                 model_path=str(path),
@@ -106,7 +165,10 @@ class LlamaCppEngine(VocabMethods):
                 n_threads=parsed.n_threads,
                 n_threads_batch=parsed.n_threads,
                 n_batch=parsed.n_batch,
-                n_gpu_layers=parsed.n_gpu_layers,
+                n_gpu_layers=where.n_gpu_layers,
+                flash_attn=where.flash_attn,
+                type_k=where.kv_type,
+                type_v=where.kv_type,
                 seed=parsed.seed if parsed.seed is not None else 0xFFFFFFFF,
                 verbose=parsed.verbose,
             )
