@@ -21,6 +21,8 @@ CMAKE_FLAGS=(
     # not built by llama-cpp-python on its own: the peers and tools measured beside it
     -DLLAMA_BUILD_TOOLS=ON
     -DLLAMA_BUILD_SERVER=ON
+    # the tools build libmtmd themselves: llama-cpp-python must not add it a second time
+    -DLLAVA_BUILD=OFF
 )
 TOOLS=(llama-server llama-batched-bench llama-bench llama-quantize)
 
@@ -32,8 +34,8 @@ strip_source() {
     rm -rf "$dest"/{.git,.github,docs,examples,tests,docker}
     local cpp=$dest/vendor/llama.cpp
     rm -rf "$cpp"/{.git,.github,docs,models,examples,tests,benches,media,pocs}
-    # the web UI's sources: without them (and without a download) the server embeds no UI
-    find "$cpp/tools/ui" -mindepth 1 -maxdepth 1 ! -name CMakeLists.txt -exec rm -rf {} +
+    # the web UI's sources (its CMake file and templates stay): the server then embeds no UI
+    find "$cpp/tools/ui" -mindepth 1 -maxdepth 1 ! -name CMakeLists.txt ! -name '*.in' -exec rm -rf {} +
     for backend in "$cpp"/ggml/src/ggml-*/; do
         case $(basename "$backend") in
             ggml-cpu | ggml-cuda | ggml-blas | ggml-rpc) ;;
