@@ -53,7 +53,7 @@ class Run:
         self.args = args
         self.started = time.perf_counter()
         self.doc: dict[str, Any] = {
-            "command": " ".join(sys.argv),
+            "command": " ".join(["benchmarks/gpu/bench_llama_cpp_gpu.py", *_portable(sys.argv[1:])]),
             "commit": args.commit,
             "machine": machine(),
             "config": {
@@ -312,8 +312,15 @@ def _parse_options(pairs: list[str]) -> dict[str, Any]:
 
 
 def _portable(command: list[str]) -> list[str]:
-    """The command without this machine's paths: file names only."""
-    return [Path(part).name if "/" in part else part for part in command]
+    """The command without this machine's paths: file names only (`LABEL=path` keeps its label)."""
+    return [_file_name(part) for part in command]
+
+
+def _file_name(part: str) -> str:
+    label, sep, path = part.partition("=")
+    if sep and "/" not in label:
+        return f"{label}={_file_name(path)}"
+    return Path(part).name if "/" in part else part
 
 
 def main() -> None:

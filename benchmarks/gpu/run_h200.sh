@@ -17,6 +17,11 @@ root=$(cd "$here/../.." && pwd)
 with_build() {
     local work=$1
     export PYTHONPATH="$root:$work/site${PYTHONPATH:+:$PYTHONPATH}"
+    # Python packages of the image (torch, pandas, protobuf) bring an older libstdc++; loaded
+    # before llama.cpp's libraries, built here, it crashes them at model load (segfault or
+    # "free(): invalid pointer"), so the compiler's own goes first
+    LD_PRELOAD=$("${CXX:-g++}" -print-file-name=libstdc++.so.6)
+    export LD_PRELOAD
 }
 
 case $1 in

@@ -73,22 +73,14 @@ def shape(on_gpu, n_ctx=4096, cores=16, **options):
 
 def test_cpu_defaults_are_unchanged():
     s = shape(False, n_ctx=512, cores=2)
-    assert (s.parallel, s.n_batch, s.prefill_chunk, s.kv_unified) == (
-        8,
-        CPU_N_BATCH,
-        CPU_PREFILL_CHUNK,
-        False,
-    )
+    assert (s.parallel, s.n_batch, s.prefill_chunk) == (8, CPU_N_BATCH, CPU_PREFILL_CHUNK)
+    assert (s.kv_unified, s.one_pass) == (False, False)
 
 
-def test_gpu_defaults_batch_wide_in_one_kv_pool():
+def test_gpu_defaults_batch_wide_in_one_pass_per_step():
     s = shape(True, n_ctx=1024)
-    assert (s.parallel, s.n_batch, s.prefill_chunk, s.kv_unified) == (
-        GPU_MAX_SEQUENCES,
-        GPU_N_BATCH,
-        GPU_PREFILL_CHUNK,
-        True,
-    )
+    assert (s.parallel, s.n_batch, s.prefill_chunk) == (GPU_MAX_SEQUENCES, GPU_N_BATCH, GPU_PREFILL_CHUNK)
+    assert (s.kv_unified, s.one_pass) == (False, True)
 
 
 def test_the_gpu_default_parallel_keeps_the_kv_cache_within_its_budget():
@@ -100,9 +92,11 @@ def test_the_gpu_default_parallel_keeps_the_kv_cache_within_its_budget():
 
 
 def test_explicit_batch_options_win_and_bad_combinations_name_the_option():
-    s = shape(True, parallel=8, n_batch=256, prefill_chunk=64, kv_unified=False)
-    assert (s.parallel, s.n_batch, s.prefill_chunk, s.kv_unified) == (8, 256, 64, False)
-    assert shape(False, kv_unified=True).kv_unified is True
+    s = shape(True, parallel=8, n_batch=256, prefill_chunk=64, kv_unified=True)
+    assert (s.parallel, s.n_batch, s.prefill_chunk, s.kv_unified, s.one_pass) == (8, 256, 64, True, True)
+    # one KV pool makes a mixed step one micro-batch: then it is one pass on the CPU too
+    assert shape(False, kv_unified=True).one_pass is True
+    assert shape(True, one_pass=False).one_pass is False
     assert shape(True, parallel=200).n_batch == GPU_N_BATCH
     assert shape(False, parallel=200, n_ctx=64).n_batch == CPU_N_BATCH
     for options, field in [
