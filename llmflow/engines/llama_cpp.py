@@ -3,8 +3,10 @@ built with a GPU backend (CUDA, Metal, ...): then every layer runs there by defa
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.openmp import release_thread_team
 from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
 from llmflow.params import SamplingParams, problems_from_validation
@@ -56,6 +59,11 @@ class LlamaCppOptions(BaseModel):
     )
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="default RNG seed")
     verbose: bool = False
+    extra_buffers: bool | None = Field(
+        None,
+        description="let llama.cpp put weights in its extra CPU buffer types (repacked Q4_0/Q8_0, AMX); "
+        "default: yes, unless the llama.cpp build has AMX, whose matrix path crashes on some Intel Xeons",
+    )
     prompt_cache: bool = Field(
         False,
         description="reuse the KV cache of a shared prompt prefix: a faster first token in long "
@@ -157,21 +165,26 @@ class LlamaCppEngine(VocabMethods):
         llama_cpp = import_llama_cpp(cls.name)
         from llama_cpp import Llama
 
+        # the decision is kept in the options, so that `engine.options` says what was loaded
+        parsed = parsed.model_copy(
+            update={"extra_buffers": decide_extra_buffers(llama_cpp, parsed.extra_buffers)}
+        )
         where = placement(parsed, has_gpu_backend(llama_cpp))
         try:
-            llama = Llama(
-                model_path=str(path),
-                n_ctx=parsed.n_ctx,
-                n_threads=parsed.n_threads,
-                n_threads_batch=parsed.n_threads,
-                n_batch=parsed.n_batch,
-                n_gpu_layers=where.n_gpu_layers,
-                flash_attn=where.flash_attn,
-                type_k=where.kv_type,
-                type_v=where.kv_type,
-                seed=parsed.seed if parsed.seed is not None else 0xFFFFFFFF,
-                verbose=parsed.verbose,
-            )
+            with model_params_override(use_extra_bufts=parsed.extra_buffers):
+                llama = Llama(
+                    model_path=str(path),
+                    n_ctx=parsed.n_ctx,
+                    n_threads=parsed.n_threads,
+                    n_threads_batch=parsed.n_threads,
+                    n_batch=parsed.n_batch,
+                    n_gpu_layers=where.n_gpu_layers,
+                    flash_attn=where.flash_attn,
+                    type_k=where.kv_type,
+                    type_v=where.kv_type,
+                    seed=parsed.seed if parsed.seed is not None else 0xFFFFFFFF,
+                    verbose=parsed.verbose,
+                )
         except ValueError as exc:
             raise ModelNotFound(f"llama.cpp could not load {str(path)!r}: {exc}") from None
         return cls(llama, path, parsed)
@@ -217,6 +230,34 @@ class LlamaCppEngine(VocabMethods):
 
     def close(self) -> None:
         self._llama.close()
+
+
+_MODEL_PARAMS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def model_params_override(**fields: Any) -> Iterator[None]:
+    """Model params for the `Llama` objects made inside the block.
+
+    `Llama` builds its model params from `llama_model_default_params()` and has no argument for
+    some of them (`use_extra_bufts`), so the block hands it defaults with `fields` set. The lock
+    keeps two loads in different threads from seeing each other's fields."""
+    import llama_cpp.llama_cpp as lib
+
+    with _MODEL_PARAMS_LOCK:
+        defaults = lib.llama_model_default_params
+
+        def with_fields() -> Any:
+            params = defaults()
+            for name, value in fields.items():
+                setattr(params, name, value)
+            return params
+
+        lib.llama_model_default_params = with_fields
+        try:
+            yield
+        finally:
+            lib.llama_model_default_params = defaults
 
 
 def gguf_file(model_path: str | Path) -> Path:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
+from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp import (
     LlamaCppOptions,
     LlamaVocab,
@@ -177,6 +178,10 @@ class LlamaCppBatchedEngine(VocabMethods):
         parsed = LlamaCppBatchedOptions.parse(options)
         path = gguf_file(model_path)
         llama_cpp = import_llama_cpp(cls.name)
+        # the decision is kept in the options, so that `engine.options` says what was loaded
+        parsed = parsed.model_copy(
+            update={"extra_buffers": decide_extra_buffers(llama_cpp, parsed.extra_buffers)}
+        )
         where = placement(parsed, has_gpu_backend(llama_cpp))
         model = _load_model(llama_cpp, path, parsed, where)
         try:
@@ -234,6 +239,7 @@ def _load_model(llama_cpp: Any, path: Path, options: LlamaCppOptions, where: Pla
     llama_cpp.llama_backend_init()
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = where.n_gpu_layers
+    params.use_extra_bufts = bool(options.extra_buffers)
     try:
         return _internals.LlamaModel(path_model=str(path), params=params, verbose=options.verbose)
     except ValueError as exc:
