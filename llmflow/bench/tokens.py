@@ -40,13 +40,14 @@ class TokenCounter:
     def load(cls, model: str | Path) -> TokenCounter:
         """The tokenizer of a GGUF file or model directory (`embedded`: the embedded model).
 
-        A llama.cpp model is loaded with a tiny context: only its vocabulary is used."""
+        A llama.cpp model is loaded with a tiny context and on the CPU: only its vocabulary is used."""
         from llmflow.engines import guess_engine
         from llmflow.llm import LLM
         from llmflow.model_files import resolve_model_path
 
         path = resolve_model_path(None if str(model) == EMBEDDED else model)
-        options = {"n_ctx": 16, "n_threads": 1} if guess_engine(path) == "llama_cpp" else {}
+        llama_cpp = guess_engine(path) == "llama_cpp"
+        options = {"n_ctx": 16, "n_threads": 1, "n_gpu_layers": 0} if llama_cpp else {}
         return cls.from_llm(LLM.load(path, engine_options=options))
 
 

@@ -1,4 +1,5 @@
-"""llama.cpp through llama-cpp-python: GGUF models on CPU (and GPU with n_gpu_layers)."""
+"""llama.cpp through llama-cpp-python: GGUF models on the CPU, or on a GPU when llama.cpp was
+built with a GPU backend (CUDA, Metal, ...): then every layer runs there by default."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import ctypes
 import os
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from llmflow.engines.base import Engine, EngineOptions
 from llmflow.engines.buffer_types import decide_extra_buffers
@@ -20,6 +22,11 @@ from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
 from llmflow.types import CancelToken
+
+#: ggml's element type ids of the KV cache types llmflow offers
+KV_CACHE_TYPES: dict[str, int] = {"f16": 1, "q8_0": 8}
+#: what llama.cpp reads as "every layer" (it clamps to the model's count)
+ALL_LAYERS = 0x7FFFFFFF
 
 
 def usable_cores() -> int:
@@ -36,7 +43,19 @@ class LlamaCppOptions(EngineOptions):
     n_ctx: int = Field(4096, ge=16, description="context window in tokens (0 = the model's own)")
     n_threads: int = Field(default_factory=usable_cores, ge=1)
     n_batch: int = Field(512, ge=1, description="prompt tokens per decode call")
-    n_gpu_layers: int = Field(0, ge=-1, description="layers to offload to a GPU; -1 = all")
+    n_gpu_layers: int | None = Field(
+        None,
+        ge=-1,
+        description="layers to offload to a GPU; -1 = all; default: all when llama.cpp has a GPU backend",
+    )
+    flash_attn: bool | None = Field(
+        None,
+        description="flash attention; default: on when layers run on a GPU (on the CPU it stays off, "
+        "so that both llama.cpp engines compute the same numbers)",
+    )
+    kv_cache_type: Literal["f16", "q8_0"] = Field(
+        "f16", description="KV cache element type: q8_0 halves its memory and needs flash attention"
+    )
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="default RNG seed")
     verbose: bool = False
     extra_buffers: bool | None = Field(
@@ -50,6 +69,45 @@ class LlamaCppOptions(EngineOptions):
         "chats, but llama.cpp's numbers then depend on how the prompt was split, so greedy answers "
         "to the same request may differ slightly from call to call",
     )
+
+    @field_validator("kv_cache_type")
+    @classmethod
+    def _quantized_cache_needs_flash_attention(cls, value: str, info: ValidationInfo) -> str:
+        if value != "f16" and info.data.get("flash_attn") is False:
+            raise ValueError(f"{value} needs flash_attn (llama.cpp quantizes V only with flash attention)")
+        return value
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and how llama.cpp runs the model: the options resolved against the build."""
+
+    n_gpu_layers: int
+    flash_attn: bool
+    #: ggml type id of K and V in the cache
+    kv_type: int
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.n_gpu_layers != 0
+
+
+def placement(options: LlamaCppOptions, gpu_backend: bool) -> Placement:
+    """Every layer on the GPU unless told otherwise; flash attention wherever layers run on the
+    GPU (or the cache is quantized). `gpu_backend`: llama.cpp was built with one."""
+    layers = options.n_gpu_layers
+    if layers is None or layers == -1:
+        layers = ALL_LAYERS if gpu_backend else 0
+    if not gpu_backend:
+        layers = 0  # llama.cpp would ignore them; say so in `Placement` too
+    flash_attn = options.flash_attn
+    if flash_attn is None:
+        flash_attn = layers != 0 or options.kv_cache_type != "f16"
+    return Placement(layers, flash_attn, KV_CACHE_TYPES[options.kv_cache_type])
+
+
+def has_gpu_backend(llama_cpp: Any) -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
 
 
 class VocabMethods:
@@ -100,6 +158,7 @@ class LlamaCppEngine(VocabMethods, Engine):
         parsed = parsed.model_copy(
             update={"extra_buffers": decide_extra_buffers(llama_cpp, parsed.extra_buffers)}
         )
+        where = placement(parsed, has_gpu_backend(llama_cpp))
         try:
             with model_params_override(use_extra_bufts=parsed.extra_buffers):
                 llama = Llama(
@@ -108,7 +167,10 @@ class LlamaCppEngine(VocabMethods, Engine):
                     n_threads=parsed.n_threads,
                     n_threads_batch=parsed.n_threads,
                     n_batch=parsed.n_batch,
-                    n_gpu_layers=parsed.n_gpu_layers,
+                    n_gpu_layers=where.n_gpu_layers,
+                    flash_attn=where.flash_attn,
+                    type_k=where.kv_type,
+                    type_v=where.kv_type,
                     seed=parsed.seed if parsed.seed is not None else 0xFFFFFFFF,
                     verbose=parsed.verbose,
                 )

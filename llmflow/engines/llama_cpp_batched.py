@@ -2,18 +2,24 @@
 
 Each generation runs in its own sequence of a shared llama.cpp context, with its own sampler
 chain. The KV cache has one stream per sequence (`kv_unified=False`): attention then reads only
-a sequence's own tokens, and a request's output does not depend on what runs beside it. The
-scheduling itself is engine-independent (`llmflow.engines.scheduler`); this module is the
-llama.cpp side: context, batch, samplers, sequence moves.
+a sequence's own tokens, and on the CPU a request's output does not depend on what runs beside
+it. On a GPU, where a wider batch costs little more than one token, each step is one
+`llama_decode` over every decoding token and prompt chunk (a GPU's numbers depend on the batch's
+size anyway), and greedy requests take the argmax of their logits instead of a llama.cpp sampler
+chain, which copies every logit first. The scheduling itself is engine-independent
+(`llmflow.engines.scheduler`); this module is the llama.cpp side: context, batch, samplers,
+sequence moves.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from llmflow.engines.base import Engine
@@ -21,9 +27,12 @@ from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp import (
     LlamaCppOptions,
     LlamaVocab,
+    Placement,
     VocabMethods,
     gguf_file,
+    has_gpu_backend,
     import_llama_cpp,
+    placement,
     usable_cores,
 )
 from llmflow.engines.openmp import release_thread_team
@@ -36,32 +45,104 @@ from llmflow.types import CancelToken
 KV_BUDGET_BYTES = 1 << 30
 #: ... and at most this many sequences per CPU core
 MAX_SEQUENCES_PER_CORE = 4
+#: on a GPU: at most this many sequences by default, their KV cache within about this many bytes
+GPU_MAX_SEQUENCES = 64
+GPU_KV_BUDGET_BYTES = 16 << 30
+#: tokens per forward pass and per prompt chunk by default, on the CPU and on a GPU
+CPU_N_BATCH, GPU_N_BATCH = 512, 2048
+CPU_PREFILL_CHUNK, GPU_PREFILL_CHUNK = 32, 512
+#: bytes per element of each KV cache type (q8_0: 32 values and an f16 scale in 34 bytes)
+KV_ELEMENT_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
 #: what llama.cpp's Llama class uses for repetition penalties
 PENALTY_LAST_N = 64
 RANDOM_SEED = 0xFFFFFFFF
+#: the "sampler" of a greedy request without penalties: the argmax of its logits
+GREEDY = "greedy"
 
 
 class LlamaCppBatchedOptions(LlamaCppOptions):
     """Load-time options. `n_ctx` is each generation's context window; the KV cache holds
-    `parallel` of them."""
+    `parallel` of them. Defaults differ on a GPU (see `batch_shape`)."""
 
-    parallel: int | None = Field(
-        None, ge=1, description="generations decoded together; default: from n_ctx, the model and the cores"
+    n_batch: int | None = Field(  # type: ignore[assignment]
+        None, ge=1, description=f"tokens per forward pass; default {CPU_N_BATCH} (GPU: {GPU_N_BATCH})"
     )
-    prefill_chunk: int = Field(
-        32,
+    parallel: int | None = Field(
+        None,
+        ge=1,
+        description="generations decoded together; default: from n_ctx, the model and the cores "
+        f"(GPU: up to {GPU_MAX_SEQUENCES})",
+    )
+    prefill_chunk: int | None = Field(
+        None,
         ge=1,
         description="prompt tokens per step while other generations stream: smaller keeps their "
-        "tokens flowing, larger gives a new request its first token sooner",
+        "tokens flowing, larger gives a new request its first token sooner; default "
+        f"{CPU_PREFILL_CHUNK} (GPU: {GPU_PREFILL_CHUNK})",
+    )
+    kv_unified: bool = Field(
+        False,
+        description="one KV cache pool for all sequences: a step mixing prompt chunks and decoding "
+        "tokens is one micro-batch, but attention reads the whole pool (on an H200, llama.cpp's "
+        "own decode at 64 sequences measured 19% slower so); off, each sequence has its own stream",
+    )
+    one_pass: bool | None = Field(
+        None,
+        description="one llama_decode per step for the decoding tokens and the prompt chunks "
+        "together; default: on a GPU (or with kv_unified). Off, each prompt chunk is a pass of its "
+        "own, and on the CPU a request's numbers do not depend on what runs beside it",
     )
 
     @field_validator("prefill_chunk")
     @classmethod
-    def _chunk_fits_a_batch(cls, value: int, info: ValidationInfo) -> int:
+    def _chunk_fits_a_batch(cls, value: int | None, info: ValidationInfo) -> int | None:
         n_batch = info.data.get("n_batch")
-        if n_batch is not None and value > n_batch:
+        if value is not None and n_batch is not None and value > n_batch:
             raise ValueError(f"must be at most n_batch ({n_batch})")
         return value
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """How many sequences run together and how big each step may get: the options resolved
+    against the model and the hardware."""
+
+    parallel: int
+    n_batch: int
+    prefill_chunk: int
+    kv_unified: bool
+    #: one `llama_decode` per step for decoding tokens and prompt chunks together
+    one_pass: bool
+
+
+def batch_shape(
+    options: LlamaCppBatchedOptions,
+    *,
+    on_gpu: bool,
+    n_ctx: int,
+    kv_bytes_per_token: int,
+    cores: int,
+    max_sequences: int,
+) -> BatchShape:
+    """Unset options get the CPU's or the GPU's defaults; a combination llama.cpp cannot run is an
+    `InvalidParams` naming the option."""
+    parallel = options.parallel or default_parallel(n_ctx, kv_bytes_per_token, cores, on_gpu=on_gpu)
+    if parallel > max_sequences:
+        raise InvalidParams.single("parallel", f"llama.cpp runs at most {max_sequences} sequences")
+    n_batch = options.n_batch
+    if n_batch is None:
+        n_batch = max(parallel, GPU_N_BATCH if on_gpu else CPU_N_BATCH)
+    elif n_batch < parallel:
+        raise InvalidParams.single(
+            "n_batch", f"must be at least parallel ({parallel}): each step decodes a token per sequence"
+        )
+    chunk = options.prefill_chunk or min(n_batch, GPU_PREFILL_CHUNK if on_gpu else CPU_PREFILL_CHUNK)
+    if chunk > n_batch:
+        raise InvalidParams.single("prefill_chunk", f"must be at most n_batch ({n_batch})")
+    one_pass = options.one_pass
+    if one_pass is None:
+        one_pass = on_gpu or options.kv_unified
+    return BatchShape(parallel, n_batch, chunk, options.kv_unified, one_pass)
 
 
 class LlamaCppBatchedEngine(VocabMethods, Engine):
@@ -82,13 +163,15 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         self._vocab = vocab
         self._model_path = model_path
         self.options = options
+        shape = backend.shape
         self._scheduler = BatchScheduler(
             backend,
-            parallel=backend.parallel,
+            parallel=shape.parallel,
             n_ctx=backend.n_ctx_seq,
-            n_batch=backend.n_batch,
-            prefill_chunk=options.prefill_chunk,
+            n_batch=shape.n_batch,
+            prefill_chunk=shape.prefill_chunk,
             eos_token_ids=vocab.eos_token_ids,
+            one_pass=shape.one_pass,
         )
 
     @classmethod
@@ -100,10 +183,11 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         parsed = parsed.model_copy(
             update={"extra_buffers": decide_extra_buffers(llama_cpp, parsed.extra_buffers)}
         )
-        model = _load_model(llama_cpp, path, parsed)
+        where = placement(parsed, has_gpu_backend(llama_cpp))
+        model = _load_model(llama_cpp, path, parsed, where)
         try:
             vocab = LlamaVocab(model, model.metadata())
-            backend = LlamaStepBackend.create(llama_cpp, model, parsed)
+            backend = LlamaStepBackend.create(llama_cpp, model, parsed, where)
         except BaseException:
             model.close()
             raise
@@ -137,22 +221,25 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         self._backend.close()
 
 
-def default_parallel(n_ctx: int, kv_bytes_per_token: int, cores: int) -> int:
-    """As many sequences as fit a KV cache of about `KV_BUDGET_BYTES`, at most
+def default_parallel(n_ctx: int, kv_bytes_per_token: int, cores: int, *, on_gpu: bool = False) -> int:
+    """On the CPU, as many sequences as fit a KV cache of about `KV_BUDGET_BYTES`, at most
     `MAX_SEQUENCES_PER_CORE` per core: past that, a CPU gains no throughput from a wider batch and
-    every stream slows down."""
-    fit = KV_BUDGET_BYTES // max(1, n_ctx * kv_bytes_per_token)
-    return max(1, min(MAX_SEQUENCES_PER_CORE * cores, fit))
+    every stream slows down. On a GPU, where a step of many sequences costs little more than one,
+    up to `GPU_MAX_SEQUENCES` within `GPU_KV_BUDGET_BYTES`."""
+    per_sequence = max(1, n_ctx * kv_bytes_per_token)
+    if on_gpu:
+        return max(1, min(GPU_MAX_SEQUENCES, GPU_KV_BUDGET_BYTES // per_sequence))
+    return max(1, min(MAX_SEQUENCES_PER_CORE * cores, KV_BUDGET_BYTES // per_sequence))
 
 
-def _load_model(llama_cpp: Any, path: Path, options: LlamaCppOptions) -> Any:
+def _load_model(llama_cpp: Any, path: Path, options: LlamaCppOptions, where: Placement) -> Any:
     from llama_cpp import _internals
     from llama_cpp._logger import set_verbose
 
     set_verbose(options.verbose)
     llama_cpp.llama_backend_init()
     params = llama_cpp.llama_model_default_params()
-    params.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers == -1 else options.n_gpu_layers
+    params.n_gpu_layers = where.n_gpu_layers
     params.use_extra_bufts = bool(options.extra_buffers)
     try:
         return _internals.LlamaModel(path_model=str(path), params=params, verbose=options.verbose)
@@ -160,60 +247,76 @@ def _load_model(llama_cpp: Any, path: Path, options: LlamaCppOptions) -> Any:
         raise ModelNotFound(f"llama.cpp could not load {str(path)!r}: {exc}") from None
 
 
-def _kv_bytes_per_token(llama_cpp: Any, model: Any) -> int:
-    """f16 K and V for every layer (an estimate: some models shape their heads differently)."""
+def _kv_bytes_per_token(llama_cpp: Any, model: Any, kv_cache_type: str) -> int:
+    """K and V for every layer (an estimate: some models shape their heads differently)."""
     m = model.model
     head_dim = llama_cpp.llama_model_n_embd(m) // max(1, llama_cpp.llama_model_n_head(m))
-    return 2 * 2 * llama_cpp.llama_model_n_layer(m) * llama_cpp.llama_model_n_head_kv(m) * head_dim
+    elements = 2 * llama_cpp.llama_model_n_layer(m) * llama_cpp.llama_model_n_head_kv(m) * head_dim
+    return int(elements * KV_ELEMENT_BYTES[kv_cache_type])
 
 
 class LlamaStepBackend:
     """One llama.cpp context with a sequence (and KV stream) per generation; the `StepBackend`
     of `BatchScheduler`. Used only from the scheduler thread, apart from `create` and `close`."""
 
-    def __init__(self, llama_cpp: Any, model: Any, ctx: Any, n_batch: int):
+    def __init__(self, llama_cpp: Any, model: Any, ctx: Any, shape: BatchShape, n_ctx_seq: int):
         self._lib = llama_cpp
         self._model = model
         self._ctx = ctx
         self._memory = llama_cpp.llama_get_memory(ctx)
-        self.parallel = llama_cpp.llama_n_seq_max(ctx)
-        self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(ctx)
-        self.n_batch = n_batch
+        self.shape = shape
+        self.parallel = shape.parallel
+        #: each generation's context window (with one KV pool, llama.cpp itself would let one
+        #: sequence take all of it)
+        self.n_ctx_seq = n_ctx_seq
+        self.n_batch = shape.n_batch
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(model.vocab)
-        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-        for i in range(n_batch):
+        self._batch = llama_cpp.llama_batch_init(shape.n_batch, 0, 1)
+        for i in range(shape.n_batch):
             self._batch.n_seq_id[i] = 1
 
     @classmethod
-    def create(cls, llama_cpp: Any, model: Any, options: LlamaCppBatchedOptions) -> LlamaStepBackend:
+    def create(
+        cls, llama_cpp: Any, model: Any, options: LlamaCppBatchedOptions, where: Placement
+    ) -> LlamaStepBackend:
         n_ctx = options.n_ctx or model.n_ctx_train()
-        parallel = options.parallel or default_parallel(
-            n_ctx, _kv_bytes_per_token(llama_cpp, model), usable_cores()
+        shape = batch_shape(
+            options,
+            on_gpu=where.on_gpu,
+            n_ctx=n_ctx,
+            kv_bytes_per_token=_kv_bytes_per_token(llama_cpp, model, options.kv_cache_type),
+            cores=usable_cores(),
+            max_sequences=llama_cpp.llama_max_parallel_sequences(),
         )
-        limit = llama_cpp.llama_max_parallel_sequences()
-        if parallel > limit:
-            raise InvalidParams.single("parallel", f"llama.cpp runs at most {limit} sequences")
-        if options.n_batch < parallel:
-            raise InvalidParams.single(
-                "n_batch", f"must be at least parallel ({parallel}): each step decodes a token per sequence"
-            )
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = _pad(n_ctx) * parallel
-        params.n_seq_max = parallel
-        params.kv_unified = False
-        params.n_batch = params.n_ubatch = options.n_batch
+        params.n_ctx = _pad(n_ctx) * shape.parallel
+        params.n_seq_max = shape.parallel
+        params.kv_unified = shape.kv_unified
+        params.n_batch = params.n_ubatch = shape.n_batch
         params.n_threads = params.n_threads_batch = options.n_threads
-        # as LlamaCppEngine: the same numerics, so both engines give the same greedy text
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        # on the CPU as LlamaCppEngine: the same numerics, so both engines give the same greedy text
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if where.flash_attn
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        params.type_k = params.type_v = where.kv_type
         ctx = llama_cpp.llama_init_from_model(model.model, params)
         if ctx is None:
             raise EngineFailed(
-                f"llama.cpp could not create a context for {parallel} sequences of {n_ctx} tokens"
+                f"llama.cpp could not create a context for {shape.parallel} sequences of {n_ctx} tokens"
             )
-        return cls(llama_cpp, model, ctx, options.n_batch)
+        n_ctx_seq = _pad(n_ctx) if shape.kv_unified else llama_cpp.llama_n_ctx_seq(ctx)
+        return cls(llama_cpp, model, ctx, shape, n_ctx_seq)
 
     def decode(self, entries: Sequence[BatchEntry]) -> list[int]:
-        lib, batch = self._lib, self._batch
+        samples = self.fill(entries)
+        self.compute()
+        return self.sample(samples)
+
+    def fill(self, entries: Sequence[BatchEntry]) -> list[tuple[Any, int]]:
+        """Write the entries into the llama.cpp batch; returns (sampler, batch index) to sample."""
+        batch = self._batch
         token, pos, seq_id, logits = batch.token, batch.pos, batch.seq_id, batch.logits
         samples = []
         i = 0
@@ -230,15 +333,35 @@ class LlamaStepBackend:
                 logits[i - 1] = 1
                 samples.append((entry.sampler, i - 1))
         batch.n_tokens = i
-        status = lib.llama_decode(self._ctx, batch)
+        return samples
+
+    def compute(self) -> None:
+        """The forward pass over the filled batch, waited for (so its time is the device's)."""
+        status = self._lib.llama_decode(self._ctx, self._batch)
         if status != 0:
-            raise EngineFailed(f"llama_decode failed with status {status} on a batch of {i} tokens")
-        ctx = self._ctx
-        return [lib.llama_sampler_sample(sampler, ctx, index) for sampler, index in samples]
+            raise EngineFailed(
+                f"llama_decode failed with status {status} on a batch of {self._batch.n_tokens} tokens"
+            )
+        self._lib.llama_synchronize(self._ctx)
+
+    def sample(self, samples: Sequence[tuple[Any, int]]) -> list[int]:
+        lib, ctx = self._lib, self._ctx
+        return [
+            self._argmax(index) if sampler is GREEDY else lib.llama_sampler_sample(sampler, ctx, index)
+            for sampler, index in samples
+        ]
+
+    def _argmax(self, index: int) -> int:
+        """What llama.cpp's greedy sampler picks (the first of equal maxima), without copying the
+        logits into a candidate list first: about a tenth of its time for a large vocabulary."""
+        row = self._lib.llama_get_logits_ith(self._ctx, index)
+        return int(np.ctypeslib.as_array(row, shape=(self._n_vocab,)).argmax())
 
     def new_sampler(self, params: SamplingParams) -> Any:
         """A sampler chain in the order of llama-cpp-python's `Llama`, so that both llama.cpp
         engines sample the same tokens for the same seed."""
+        if params.greedy and params.repetition_penalty == 1.0:
+            return GREEDY
         lib = self._lib
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         add = lib.llama_sampler_chain_add
@@ -260,10 +383,13 @@ class LlamaStepBackend:
         return chain
 
     def free_sampler(self, sampler: Any) -> None:
-        if sampler is not None:
+        if sampler is not None and sampler is not GREEDY:
             self._lib.llama_sampler_free(sampler)
 
     def copy(self, src: int, dst: int) -> None:
+        # `dst` may still hold a finished request's cells; in one KV pool seq_cp would add src's
+        # cells to them (two cells per position) rather than replace them
+        self._lib.llama_memory_seq_rm(self._memory, dst, -1, -1)
         self._lib.llama_memory_seq_cp(self._memory, src, dst, -1, -1)
 
     def truncate(self, seq: int, keep: int) -> int:

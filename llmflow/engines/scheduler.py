@@ -126,22 +126,23 @@ _END = object()
 @dataclass(frozen=True, slots=True)
 class StepPlan:
     """What one step computes: a token for every decoding request in one forward pass, then
-    prompt chunks, each in a forward pass of its own."""
+    prompt chunks, each in a forward pass of its own (or all of it in one pass: `one_pass`)."""
 
     decode: list[tuple[Request, BatchEntry]]
     prefill: list[tuple[Request, BatchEntry]]
 
 
-def plan_step(running: Sequence[Request], n_batch: int, chunk: int) -> StepPlan:
+def plan_step(running: Sequence[Request], n_batch: int, chunk: int, *, one_pass: bool = False) -> StepPlan:
     """Plan the next step. Prompts advance in chunks aligned to multiples of `chunk`, whatever
     runs beside them, so a request computes exactly the same numbers alone or in a batch. While
     others decode, a step takes at most `chunk` prompt tokens, so their streams keep flowing;
-    otherwise up to `n_batch`.
+    otherwise up to `n_batch`. In `one_pass` the whole step is one forward pass of at most
+    `n_batch` tokens, decoding tokens first.
 
     Decode entries are sorted by sequence: llama.cpp puts only consecutive sequence ids into one
     micro-batch."""
     decoding = sorted((r for r in running if r.pending == 1), key=lambda r: r.seq)
-    budget = chunk if decoding else n_batch
+    budget = n_batch - len(decoding) if one_pass else chunk if decoding else n_batch
     prefill = []
     for r in running:
         start = r.fed
@@ -192,7 +193,10 @@ class BatchScheduler:
         n_batch: int,
         prefill_chunk: int,
         eos_token_ids: Collection[int],
+        one_pass: bool = False,
     ):
+        """`one_pass`: each step is one forward pass over the decoding tokens and the prompt
+        chunks together (for a GPU, where that costs about as much as the decoding tokens alone)."""
         if n_batch < max(parallel, prefill_chunk):
             raise ValueError(f"n_batch ({n_batch}) must be at least parallel and prefill_chunk")
         self.backend = backend
@@ -200,6 +204,7 @@ class BatchScheduler:
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.prefill_chunk = prefill_chunk
+        self.one_pass = one_pass
         self._eos = frozenset(eos_token_ids)
         self._cond = threading.Condition()
         self._waiting: deque[Request] = deque()
@@ -302,8 +307,11 @@ class BatchScheduler:
         self._compact()
         if not self._running:
             return
-        plan = plan_step(self._running, self.n_batch, self.prefill_chunk)
+        plan = plan_step(self._running, self.n_batch, self.prefill_chunk, one_pass=self.one_pass)
         self._steps += 1
+        if self.one_pass:
+            self._forward(plan.decode + plan.prefill)
+            return
         if plan.decode:
             self._forward(plan.decode)
         for item in plan.prefill:

@@ -194,6 +194,30 @@ def test_no_sequence_leaks_after_200_mixed_requests(llm):
     assert stats.running == 0 and stats.free_sequences == PARALLEL
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"kv_unified": True}, {"one_pass": True}],
+    ids=["one_kv_pool", "one_pass_with_a_stream_each"],
+)
+def test_one_pass_steps_serve_streams_that_end_at_different_times(options):
+    """The GPU's way of stepping, on the CPU: prompt chunks and decoding tokens in one
+    llama_decode. In one KV pool a finished request's cells stay behind: moving a running sequence
+    into its place must replace them, or positions clash and llama_decode fails."""
+    pooled = LLM.load(engine="llama_cpp_batched", engine_options={"n_ctx": 256, "parallel": 4, **options})
+    try:
+        lengths = [3 + 5 * (i % 4) for i in range(12)]  # more than `parallel`: sequences are reused
+
+        def one(i):
+            return collect(pooled.stream(COUNTING, {"temperature": 0.0, "max_tokens": lengths[i]}, raw=True))
+
+        results = concurrently(one, 12, stagger_s=0.01)
+        assert [r.usage.completion_tokens for r in results] == lengths
+        assert all(r.finish_reason is FinishReason.LENGTH for r in results)
+        settle(pooled.engine)
+    finally:
+        pooled.close()
+
+
 def test_options_are_validated():
     with pytest.raises(InvalidParams) as info:
         LLM.load(engine="llama_cpp_batched", engine_options={"parallel": 0, "bogus": 1})

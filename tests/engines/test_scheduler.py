@@ -88,10 +88,16 @@ def alone(prompt: list[int], max_tokens: int, seed: int = 0, n_ctx: int = 256) -
     return out
 
 
-def make(parallel=4, delay_s=0.0, n_batch=64):
+def make(parallel=4, delay_s=0.0, n_batch=64, one_pass=False):
     backend = SimBackend(parallel, delay_s)
     scheduler = BatchScheduler(
-        backend, parallel=parallel, n_ctx=256, n_batch=n_batch, prefill_chunk=CHUNK, eos_token_ids={EOS}
+        backend,
+        parallel=parallel,
+        n_ctx=256,
+        n_batch=n_batch,
+        prefill_chunk=CHUNK,
+        eos_token_ids={EOS},
+        one_pass=one_pass,
     )
     return backend, scheduler
 
@@ -173,7 +179,35 @@ def test_a_prompt_with_one_token_left_decodes_with_the_others():
     assert plan.prefill == [] and [(e.start, e.sample) for _, e in plan.decode] == [(8, True)]
 
 
+def test_one_pass_fills_the_step_with_prompt_chunks_beside_the_decoding_tokens():
+    busy = [_request(1, [5, 6, 7], 2), _request(0, list(range(1, 21)), 0), _request(2, list(range(1, 9)), 0)]
+    plan = plan_step(busy, n_batch=24, chunk=8, one_pass=True)
+    assert [(e.seq, e.start) for _, e in plan.decode] == [(1, 2)]
+    # 23 tokens of budget after the decoding one: seq 0's whole prompt (20), then seq 2's first
+    # chunk (8) does not fit the 3 left
+    assert [(e.seq, e.start, len(e.tokens)) for _, e in plan.prefill] == [(0, 0, 8), (0, 8, 8), (0, 16, 4)]
+
+
 # -- generations --
+
+
+def test_one_pass_generations_match_running_alone_in_one_forward_pass_per_step():
+    backend, scheduler = make(parallel=4, delay_s=0.001, one_pass=True)
+    try:
+
+        def generate(i):
+            time.sleep(0.001 * (i % 3))
+            p = prompt(i, 5 + 3 * i)
+            return list(scheduler.generate(p, params(12 + i, seed=i), CancelToken())), p
+
+        results = run_threads(generate, 10)
+        for i, (out, p) in results.items():
+            assert out == alone(p, 12 + i, seed=i), i
+        stats = settle(scheduler)
+    finally:
+        scheduler.close()
+    assert len(backend.decode_calls) == stats.steps
+    assert any(len(set(seqs)) > 1 for seqs in backend.decode_calls), "expected batched steps"
 
 
 def test_concurrent_generations_match_running_alone(sim):

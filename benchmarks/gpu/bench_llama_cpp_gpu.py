@@ -1,0 +1,402 @@
+"""`llmflow serve` (the batched llama.cpp engine on CUDA) against llama.cpp's own `llama-server`,
+measured with `llmflow bench` over HTTP, with `llama-batched-bench` as the ceiling: one run, one
+GPU, the same GGUF files and the same llama.cpp build.
+
+For every GGUF (e.g. Q4_K_M and f16 of one model): `llama-batched-bench` first (the aggregate
+decode speed llama.cpp reaches with no server and no sampling, with and without a unified KV
+cache), then both servers side by side; at each concurrency level the two are benchmarked one
+after the other, the first one alternating, for several rounds. A row is a server's median round
+by output throughput, so every number in it comes from one real run; every round's summary is
+kept. Both servers get `parallel` sequences of `n_ctx` tokens each and greedy requests of
+`prompt_tokens` random words and `max_tokens` tokens; output tokens are counted the same way for
+both (re-tokenized). Last, the engine in this process at `parallel` streams, each step timed in
+three parts: the forward pass (GPU, waited for), the samplers (llama.cpp on the CPU) and the
+rest (the scheduler's Python).
+
+    python benchmarks/gpu/bench_llama_cpp_gpu.py --bin BUILD/bin \
+        --model Q4_K_M=models/llama3-8b-Q4_K_M.gguf --model f16=models/llama3-8b-f16.gguf \
+        --tokenizer models/smollm2-135m-f16.gguf --out benchmarks/results/llama_cpp_gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from compare import free_port_pair, median_round  # noqa: E402
+from serve_process import started  # noqa: E402
+
+from llmflow.bench import BenchOptions, run_bench  # noqa: E402
+from llmflow.bench.driver import parse_list  # noqa: E402
+
+
+class Run:
+    """The arguments, the results so far and the clock; results are written after every part,
+    so a run cut short keeps what it measured."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.started = time.perf_counter()
+        self.doc: dict[str, Any] = {
+            "command": " ".join(["benchmarks/gpu/bench_llama_cpp_gpu.py", *_portable(sys.argv[1:])]),
+            "commit": args.commit,
+            "machine": machine(),
+            "config": {
+                k: v for k, v in vars(args).items() if k not in ("model", "bin", "out", "tokenizer", "commit")
+            },
+            "models": {},
+        }
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def over_budget(self) -> bool:
+        return self.elapsed() > self.args.budget_s
+
+    def save(self) -> None:
+        self.doc["elapsed_s"] = round(self.elapsed(), 1)
+        self.args.out.parent.mkdir(parents=True, exist_ok=True)
+        self.args.out.write_text(json.dumps(self.doc, indent=1) + "\n")
+
+    def log(self, message: str) -> None:
+        print(f"[{self.elapsed():6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    gpu = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    import llama_cpp
+
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": len(__import__("os").sched_getaffinity(0)),
+        "gpu": gpu,
+        "llama_cpp_python": llama_cpp.__version__,
+    }
+
+
+# -- llama-batched-bench ---------------------------------------------------------------------
+
+
+def batched_bench(args: argparse.Namespace, model: Path, unified: bool) -> dict[str, Any]:
+    levels = ",".join(str(c) for c in args.concurrency)
+    command = [
+        str(args.bin / "llama-batched-bench"), "-m", str(model), "-ngl", "99", "-fa", "on",
+        "-c", str(max(args.concurrency) * args.n_ctx), "-b", "2048", "-ub", "512",
+        "-npp", str(args.prompt_tokens), "-ntg", str(args.max_tokens), "-npl", levels,
+        "--output-format", "jsonl", *(["-kvu"] if unified else []),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not rows:
+        return {"command": _portable(command), "error": done.stderr[-2000:]}
+    return {
+        "command": _portable(command),
+        "rows": rows,
+        "decode_tok_s": {str(r["pl"]): r["speed_tg"] for r in rows},
+    }
+
+
+# -- the two servers -------------------------------------------------------------------------
+
+
+def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[str, list[str]]:
+    parallel = max(args.concurrency)
+    options = [f"parallel={parallel}", f"n_ctx={args.n_ctx}", *args.engine_option]
+    return {
+        "llmflow": [
+            sys.executable, "-m", "llmflow", "serve", str(model), "--engine", "llama_cpp_batched",
+            "--host", "127.0.0.1", "--port", str(port), "--max-queue", "4096", "--log-level", "warning",
+            *[part for option in options for part in ("--engine-option", option)],
+        ],
+        "llama-server": [
+            str(args.bin / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port + 1),
+            "-ngl", "99", "-fa", "on", "-c", str(parallel * args.n_ctx), "--parallel", str(parallel),
+            "-b", "2048", "-ub", "512", "--no-webui",
+        ],
+    }  # fmt: skip
+
+
+def bench_level(args: argparse.Namespace, url: str, concurrency: int) -> dict[str, Any]:
+    document = run_bench(
+        BenchOptions(
+            url=url,
+            concurrency=(concurrency,),
+            requests=max(args.min_requests, args.waves * concurrency),
+            prompt_tokens=args.prompt_tokens,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            tokenizer=str(args.tokenizer),
+            request_usage=False,  # count both servers' tokens the same way
+        )
+    )
+    if document["aborted"]:
+        raise SystemExit(f"{url}: {document['aborted']}")
+    return document
+
+
+def serve_and_bench(run: Run, label: str, model: Path) -> dict[str, Any]:
+    args = run.args
+    port = free_port_pair()
+    commands = server_commands(args, model, port)
+    names = list(commands)
+    rounds: dict[str, dict[int, list[dict[str, Any]]]] = {n: {c: [] for c in args.concurrency} for n in names}
+    with ExitStack() as stack:
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        urls = {
+            name: stack.enter_context(started(name, commands[name], port + i, logs, timeout_s=300))
+            for i, name in enumerate(names)
+        }
+        run.log(f"{label}: both servers up")
+        for r in range(args.rounds):
+            if r > 0 and run.over_budget():
+                run.log(f"{label}: time budget spent after {r} rounds")
+                break
+            for i, concurrency in enumerate(args.concurrency):
+                order = names if (r + i) % 2 == 0 else names[::-1]
+                for name in order:
+                    document = bench_level(args, urls[name], concurrency)
+                    rounds[name][concurrency].append(document)
+                    s = document["levels"][0]["summary"]
+                    run.log(
+                        f"{label} round {r + 1} c={concurrency} {name}: {s['output_throughput']:.0f} tok/s"
+                    )
+    return {
+        "commands": {name: _portable(command) for name, command in commands.items()},
+        "servers": {name: _server_rows(rounds[name]) for name in names},
+    }
+
+
+def _server_rows(by_level: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    rows = {}
+    for concurrency, documents in by_level.items():
+        if not documents:
+            continue
+        median = median_round(documents)
+        summary = median["levels"][0]["summary"]
+        throughputs = [d["levels"][0]["summary"]["output_throughput"] for d in documents]
+        rows[str(concurrency)] = {
+            "output_tok_s": summary["output_throughput"],
+            "output_tok_s_rounds": throughputs,
+            "output_tok_s_min_max": [min(throughputs), max(throughputs)],
+            "ttft_p50_s": summary["ttft_s"]["median"],
+            "ttft_p99_s": summary["ttft_s"]["p99"],
+            "itl_p50_s": summary["itl_s"]["median"],
+            "itl_p99_s": summary["itl_s"]["p99"],
+            "summary_of_median_round": summary,
+            "summaries_of_rounds": [d["levels"][0]["summary"] for d in documents],
+            "requests_of_median_round": [_sample(r) for r in median["levels"][0]["requests"]],
+        }
+    return rows
+
+
+def _sample(record: dict[str, Any]) -> dict[str, Any]:
+    """A request's raw numbers, without its per-token arrays (they would make the file huge)."""
+    return {k: v for k, v in record.items() if not isinstance(v, list)}
+
+
+# -- the engine in this process: where a step's time goes ------------------------------------
+
+
+def step_split(run: Run, label: str, model: Path) -> dict[str, Any]:
+    """`parallel` concurrent generations on the engine, every step timed: forward pass (GPU),
+    samplers and the rest (Python: planning, filling the batch, handing out tokens)."""
+    from llmflow.engines.llama_cpp_batched import LlamaCppBatchedEngine
+    from llmflow.params import SamplingParams
+    from llmflow.types import CancelToken
+
+    args = run.args
+    parallel = max(args.concurrency)
+    options: dict[str, Any] = {"parallel": parallel, "n_ctx": args.n_ctx}
+    options.update(_parse_options(args.engine_option))
+    engine = LlamaCppBatchedEngine.load(model, **options)
+    backend, scheduler = engine._backend, engine._scheduler
+    steps: list[dict[str, float]] = []
+    current: dict[str, float] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                current[name] = current.get(name, 0.0) + time.perf_counter() - t0
+
+        return wrapper
+
+    backend.fill = timed("fill_s", backend.fill)
+    backend.compute = timed("gpu_s", backend.compute)
+    backend.sample = timed("sample_s", backend.sample)
+    inner_step = scheduler._step
+
+    def step() -> None:
+        current.clear()
+        t0 = time.perf_counter()
+        inner_step()
+        total = time.perf_counter() - t0
+        batch = backend._batch.n_tokens
+        steps.append({"step_s": total, "tokens": batch, **current})
+
+    scheduler._step = step
+    rng = random.Random(args.seed)
+    vocab = engine._vocab.n_vocab
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+
+    def one() -> int:
+        prompt = [rng.randrange(300, vocab - 300) for _ in range(args.prompt_tokens)]
+        return sum(1 for _ in engine.generate(prompt, params, CancelToken()))
+
+    counts: list[int] = []
+    try:
+        for attempt in ("warm-up", "measured"):
+            steps.clear()
+            counts.clear()
+            threads = [threading.Thread(target=lambda: counts.append(one())) for _ in range(parallel)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - t0
+            run.log(f"{label} step split ({attempt}): {len(steps)} steps in {wall:.2f} s")
+    finally:
+        engine.close()
+    full = [s for s in steps if s["tokens"] == parallel and "gpu_s" in s]
+    result: dict[str, Any] = {
+        "engine_options": options,
+        "steps": len(steps),
+        "wall_s": wall,
+        "generated_tokens": sum(counts),
+        "generated_tok_s": sum(counts) / wall,
+        "full_decode_steps": len(full),
+    }
+    if full:
+        for key in ("step_s", "gpu_s", "sample_s", "fill_s"):
+            result[f"{key}_median"] = statistics.median(s.get(key, 0.0) for s in full)
+        python = [s["step_s"] - s["gpu_s"] - s.get("sample_s", 0.0) for s in full]
+        result["python_s_median"] = statistics.median(python)
+        result["python_s_p90"] = sorted(python)[int(0.9 * (len(python) - 1))]
+        result["raw_full_steps"] = full
+    return result
+
+
+def _parse_options(pairs: list[str]) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        try:
+            parsed[key] = json.loads(value)
+        except ValueError:
+            parsed[key] = value
+    return parsed
+
+
+def _portable(command: list[str]) -> list[str]:
+    """The command without this machine's paths: file names only (`LABEL=path` keeps its label)."""
+    return [_file_name(part) for part in command]
+
+
+def _file_name(part: str) -> str:
+    label, sep, path = part.partition("=")
+    if sep and "/" not in label:
+        return f"{label}={_file_name(path)}"
+    return Path(part).name if "/" in part else part
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--bin", type=Path, required=True, help="folder with llama-server, llama-batched-bench"
+    )
+    parser.add_argument("--model", action="append", required=True, help="LABEL=PATH of a GGUF file")
+    parser.add_argument("--tokenizer", type=Path, required=True, help="a GGUF with the same vocabulary")
+    parser.add_argument("--concurrency", default="1,8,32,64")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--waves", type=int, default=2, help="requests per level = waves x concurrency")
+    parser.add_argument("--min-requests", type=int, default=4)
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--n-ctx", type=int, default=1024, help="tokens per sequence, both servers")
+    parser.add_argument("--engine-option", action="append", default=[], help="KEY=VALUE for llmflow's engine")
+    parser.add_argument("--skip", action="append", default=[], choices=["batched_bench", "servers", "split"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget-s", type=float, default=480, help="no new round after this")
+    parser.add_argument("--commit", default="unknown", help="the llmflow commit measured")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/llama_cpp_gpu.json"))
+    args = parser.parse_args()
+    args.concurrency = parse_list(args.concurrency, int, "concurrency")
+    run = Run(args)
+    models = dict(pair.split("=", 1) for pair in args.model)
+    for label, path in models.items():
+        model = Path(path)
+        entry: dict[str, Any] = run.doc["models"].setdefault(label, {"file": model.name})
+        if "batched_bench" not in args.skip:
+            entry["batched_bench"] = {
+                "streams": batched_bench(args, model, unified=False),
+                "unified": batched_bench(args, model, unified=True),
+            }
+            run.log(f"{label} batched-bench: {_brief(entry['batched_bench'])}")
+            run.save()
+        if "servers" not in args.skip:
+            entry.update(serve_and_bench(run, label, model))
+            run.save()
+        if "split" not in args.skip:
+            entry["step_split"] = step_split(run, label, model)
+            run.save()
+    print(json.dumps(_table(run.doc), indent=1))
+
+
+def _brief(bench: dict[str, Any]) -> str:
+    return "; ".join(f"{k}: {v.get('decode_tok_s', v.get('error', '?'))}" for k, v in bench.items())
+
+
+def _table(doc: dict[str, Any]) -> dict[str, Any]:
+    """The headline numbers and the target ratios."""
+    out: dict[str, Any] = {}
+    for label, entry in doc["models"].items():
+        servers = entry.get("servers", {})
+        llmflow, peer = servers.get("llmflow", {}), servers.get("llama-server", {})
+        ceiling = entry.get("batched_bench", {})
+        rows = {}
+        for level, row in llmflow.items():
+            other = peer.get(level, {})
+            best = max((b.get("decode_tok_s", {}).get(level, 0.0) for b in ceiling.values()), default=0.0)
+            rows[level] = {
+                "llmflow": round(row["output_tok_s"], 1),
+                "llama_server": round(other.get("output_tok_s", 0.0), 1),
+                "ratio_to_llama_server": round(row["output_tok_s"] / other["output_tok_s"], 3)
+                if other
+                else None,
+                "batched_bench": round(best, 1),
+                "ratio_to_batched_bench": round(row["output_tok_s"] / best, 3) if best else None,
+            }
+        split = entry.get("step_split", {})
+        out[label] = {
+            "rows": rows,
+            "step_ms": {k: round(v * 1e3, 3) for k, v in split.items() if k.endswith(("_median", "_p90"))},
+        }
+    return out
+
+
+if __name__ == "__main__":
+    main()

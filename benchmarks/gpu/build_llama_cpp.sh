@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# llama.cpp with CUDA for one GPU machine, from the llama.cpp source that the pinned
+# llama-cpp-python sdist vendors: llama-cpp-python itself and llama.cpp's own tools
+# (llama-server, llama-batched-bench, llama-bench, llama-quantize) come out of ONE CMake build,
+# so the engine and its peer run the same ggml with the same flags.
+#
+#   build_llama_cpp.sh strip SDIST_DIR DEST    # here: a copy without what this build never reads
+#   build_llama_cpp.sh build SRC PREFIX        # there: PREFIX/site (Python package), PREFIX/bin
+#
+# strip keeps the CPU, CUDA, BLAS and RPC ggml backends and drops docs, model files, examples,
+# tests and the vendored tree's stray .git file (about 30 MB left of about 220 MB).
+# CUDA_ARCHITECTURES (default 90, the H100/H200) and JOBS (default: every core) tune build.
+set -euo pipefail
+
+CMAKE_FLAGS=(
+    -DGGML_CUDA=ON
+    "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES:-90}"
+    -DLLAMA_CURL=OFF
+    -DLLAMA_OPENSSL=OFF
+    -DLLAMA_USE_PREBUILT_UI=OFF
+    # not built by llama-cpp-python on its own: the peers and tools measured beside it
+    -DLLAMA_BUILD_TOOLS=ON
+    -DLLAMA_BUILD_SERVER=ON
+    # the tools build libmtmd themselves: llama-cpp-python must not add it a second time
+    -DLLAVA_BUILD=OFF
+)
+TOOLS=(llama-server llama-batched-bench llama-bench llama-quantize)
+
+strip_source() {
+    local sdist=$1 dest=$2
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    cp -a "$sdist"/. "$dest"/
+    rm -rf "$dest"/{.git,.github,docs,examples,tests,docker}
+    local cpp=$dest/vendor/llama.cpp
+    rm -rf "$cpp"/{.git,.github,docs,models,examples,tests,benches,media,pocs}
+    # the web UI's sources (its CMake file and templates stay): the server then embeds no UI
+    find "$cpp/tools/ui" -mindepth 1 -maxdepth 1 ! -name CMakeLists.txt ! -name '*.in' -exec rm -rf {} +
+    for backend in "$cpp"/ggml/src/ggml-*/; do
+        case $(basename "$backend") in
+            ggml-cpu | ggml-cuda | ggml-blas | ggml-rpc) ;;
+            *) rm -rf "$backend" ;;
+        esac
+    done
+    du -sh "$dest"
+}
+
+build() {
+    local src=$1 prefix=$2
+    mkdir -p "$prefix/bin"
+    local started=$SECONDS
+    CMAKE_ARGS="${CMAKE_FLAGS[*]}" CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-$(nproc)}" \
+        python3 -m pip install --no-deps --no-build-isolation --no-cache-dir --upgrade \
+        --target "$prefix/site" --config-settings=build-dir="$prefix/build" "$src"
+    for tool in "${TOOLS[@]}"; do
+        local found
+        found=$(find "$prefix/build" -type f -name "$tool" -perm -u+x | head -n 1)
+        [[ -n $found ]] || { echo "no $tool in the build" >&2; exit 1; }
+        ln -sf "$found" "$prefix/bin/$tool"
+    done
+    echo "built llama-cpp-python and ${TOOLS[*]} in $((SECONDS - started)) s"
+}
+
+case ${1:-} in
+    strip) strip_source "$2" "$3" ;;
+    build) build "$2" "$3" ;;
+    *) sed -n '2,12p' "$0" >&2; exit 2 ;;
+esac
