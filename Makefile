@@ -25,8 +25,9 @@ lint: install
 test: install lint
 	$(PY) -m pytest -q
 
+# every CPU benchmark (BENCH_ARGS: names, --quick, --example-server PATH), then BENCHMARKS.md's tables
 bench: install
-	$(PY) benchmarks/bench_engine.py
+	$(PY) -m benchmarks run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .demo
