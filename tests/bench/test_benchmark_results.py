@@ -94,3 +94,22 @@ def test_every_generated_part_has_a_renderer_and_the_documents_are_up_to_date():
             assert name in render.RENDERERS or name in render.INLINE, name
     assert set(render.RENDERERS) <= set(BY_NAME)
     assert render.render_all(RESULTS, write=False) == [], "run python -m benchmarks render"
+
+
+def test_the_peer_build_uses_the_pinned_llama_cpp_python():
+    from benchmarks.peers.build_llama_server import pinned_version
+
+    pin = pinned_version()
+    assert f'"llama-cpp-python=={pin}"' in (REPO / "pyproject.toml").read_text()
+
+
+def test_every_shared_prefix_request_starts_with_the_same_system_prompt(tmp_path):
+    from benchmarks.peers.compare_servers import shared_prefix_dataset
+    from llmflow.bench.workload import dataset_requests
+
+    path = shared_prefix_dataset(tmp_path / "prefix.jsonl", 6, system_words=50, seed=0)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    systems = {row["messages"][0]["content"] for row in rows}
+    questions = {row["messages"][1]["content"] for row in rows}
+    assert len(systems) == 1 and len(questions) == 6
+    assert len(dataset_requests(path, 6, max_tokens=8)) == 6  # llmflow bench reads it
