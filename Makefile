@@ -1,32 +1,58 @@
-# Two commands on a fresh machine: `make demo` and `make test`. Both build .venv first.
+# Two commands on a fresh machine: `make demo` and `make test`.
+#
+# `make demo` installs the core only: llmflow, MLflow, the embedded model and llama-cpp-python.
+# `make test` adds what the tests need (torch, transformers, pyspark, Playwright, ...) to the same
+# .venv, and Java and Chromium from Debian's packages where it can. Each step leaves a marker in
+# .venv, so running one command after the other reinstalls nothing.
+#
+# llama-cpp-python is compiled by scripts/build_llama_cpp.py, not by pip's default build: pip would
+# compile llama.cpp with -march=native, which on Intel Xeons with AMX turns on llama.cpp's AMX
+# matrix path, and that path crashes at the first decode (llama.cpp issue 20824). The script names
+# the CPU's instruction sets itself (GGML_NATIVE=OFF; AVX2, AVX512, VNNI, BF16... as the CPU has
+# them; AMX off; the Q4_0/Q8_0 weight repack stays on) and keeps the wheel in ~/.cache/llmflow, so
+# it is compiled once per machine. Extra CMake flags can be passed in CMAKE_ARGS.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# llama-cpp-python builds from source; the multimodal part is not needed and costs a quarter of the build.
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+TEST_EXTRAS := test,bench,compare,transformers,spark
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench install install-test system-packages clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.core: pyproject.toml scripts/build_llama_cpp.py
+	@echo "==> Creating $(VENV) with the core of llmflow (about 2 minutes, plus the llama.cpp build)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,bench,compare,transformers,spark]"
+	$(PYTHON) scripts/build_llama_cpp.py --python $(PY)
+	@echo "==> Installing llmflow, MLflow and the embedded model"
+	$(PY) -m pip install --progress-bar on -e .
 	touch $@
 
-install: $(VENV)/.installed
+$(VENV)/.test: $(VENV)/.core
+	@echo "==> Adding what the tests need: torch (CPU), transformers, pyspark, Playwright, ... (about 3 minutes, 2 GB)"
+	$(PY) -m pip install --progress-bar on -e ".[$(TEST_EXTRAS)]"
+	touch $@
+
+install: $(VENV)/.core
+
+install-test: $(VENV)/.test
+
+system-packages:
+	@scripts/system_packages.sh
 
 demo: install
 	$(PY) -m llmflow.demo
 
-lint: install
-	$(PY) -m ruff check llmflow tests benchmarks
-	$(PY) -m ruff format --check llmflow tests benchmarks
+lint: install-test
+	$(PY) -m ruff check llmflow tests benchmarks scripts
+	$(PY) -m ruff format --check llmflow tests benchmarks scripts
 
-test: install lint
-	$(PY) -m pytest -q
+# -rs: every skipped test says why
+test: install-test system-packages lint
+	@echo "==> Running the tests (about 10 minutes on 2 cores)"
+	$(PY) -m pytest -q -rs
 
 # every CPU benchmark (BENCH_ARGS: names, --quick, --example-server PATH), then BENCHMARKS.md's tables
-bench: install
+bench: install-test
 	$(PY) -m benchmarks run $(BENCH_ARGS)
 
 clean:

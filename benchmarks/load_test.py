@@ -25,7 +25,15 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import Recording
-from serve_process import ServeProcess, add_server_arguments, config_of, report, server_args
+from serve_process import (
+    ServeProcess,
+    add_server_arguments,
+    busy_sequences,
+    config_of,
+    report,
+    server_args,
+    wait_idle,
+)
 
 
 @dataclass
@@ -38,6 +46,8 @@ class LoadResult:
     server_errors: int = 0
     broken_streams: int = 0
     problems: list[str] = field(default_factory=list)
+    #: engine sequences still taken once the load is over
+    busy_sequences_after: float = -1
     completion_tokens: int = 0
     ttft_p50_ms: float | None = None
     ttft_p99_ms: float | None = None
@@ -52,6 +62,7 @@ class LoadResult:
             and self.broken_streams == 0
             and self.refused_without_retry_after == 0
             and self.ok_streams > 0
+            and self.busy_sequences_after == 0
         )
 
 
@@ -135,6 +146,7 @@ def load(url: str, args: argparse.Namespace) -> LoadResult:
 
     asyncio.run(main())
     r.seconds = round(time.monotonic() - start, 1)
+    r.busy_sequences_after = busy_sequences(wait_idle(url))
     if r.ttfts:
         ordered = sorted(r.ttfts)
         r.ttft_p50_ms = round(statistics.median(ordered) * 1000, 1)

@@ -65,7 +65,7 @@ def provenance(document: Result, path: str) -> str:
     load = f"{num(machine.get('load_1m_start'), 2)} → {num(machine.get('load_1m_end'), 2)}"
     line = (
         f"Result `{path}`, written by `{document['command']}` "
-        f"(`python -m benchmarks run {document['benchmark']}`{' --quick' if document['quick'] else ''}) "
+        f"(`python -m benchmarks run {document['benchmark']}{' --quick' if document['quick'] else ''}`) "
         f"at commit `{sha}` on {document['started_at'][:10]}; {machine['cpu_model']}, "
         f"{machine['usable_cores']} usable cores; 1-minute load average {load}."
     )

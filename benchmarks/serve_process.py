@@ -71,6 +71,29 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
+def wait_idle(url: str, timeout_s: float = 60) -> str:
+    """/metrics once no request runs or waits and every engine sequence is free again (or once
+    `timeout_s` is up: the caller checks what it got)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = httpx.get(f"{url}/metrics", timeout=30).text
+        idle = (
+            metric(text, "llmflow_num_requests_running") == 0
+            and metric(text, "llmflow_num_requests_waiting") == 0
+            and busy_sequences(text) == 0
+        )
+        if idle or time.monotonic() > deadline:
+            return text
+        time.sleep(0.05)
+
+
+def busy_sequences(text: str) -> float:
+    """Engine sequences (KV-cache slots) still taken, from /metrics; 0 for an engine without them."""
+    if "llmflow_engine_sequences" not in text:
+        return 0.0
+    return metric(text, "llmflow_engine_sequences") - metric(text, "llmflow_engine_free_sequences")
+
+
 class ServeProcess:
     """`with ServeProcess(["--max-queue", "8"]) as server: server.url, server.pid`."""
 

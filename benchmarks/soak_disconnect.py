@@ -38,7 +38,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
 from record import Recording
-from serve_process import ServeProcess, add_server_arguments, config_of, metric, report, server_args
+from serve_process import (
+    ServeProcess,
+    add_server_arguments,
+    busy_sequences,
+    config_of,
+    metric,
+    report,
+    server_args,
+    wait_idle,
+)
 
 CUTS = ("prefill", "before_first_token", "mid_stream")
 RSS_LIMIT = 0.05
@@ -56,7 +65,8 @@ class SoakResult:
     tokens_after_cut_per_cut: float = 0.0
     running_after: float = -1
     waiting_after: float = -1
-    engine_free_sequences: float | None = None
+    #: engine sequences still taken once every stream is over: each cut must free its own
+    busy_sequences_after: float = -1
     rss_before_mb: float = 0.0
     rss_after_mb: float = 0.0
     rss_growth: float = 0.0
@@ -69,6 +79,7 @@ class SoakResult:
             not self.errors
             and self.running_after == 0
             and self.waiting_after == 0
+            and self.busy_sequences_after == 0
             and self.rss_growth < RSS_LIMIT
             and self.answers_after
             and self.tokens_after_cut_per_cut <= 2.0
@@ -151,10 +162,6 @@ async def _client(
                 r.errors.append(f"{type(exc).__name__}: {exc}")
 
 
-def _snapshot(url: str) -> str:
-    return httpx.get(f"{url}/metrics", timeout=30).text
-
-
 def _generated(text: str) -> float:
     engine = metric(text, "llmflow_engine_generated_tokens")
     return (
@@ -162,19 +169,6 @@ def _generated(text: str) -> float:
         if "llmflow_engine_generated_tokens" in text
         else metric(text, "llmflow_generation_tokens_total")
     )
-
-
-def _wait_idle(url: str, timeout_s: float = 60) -> str:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        text = _snapshot(url)
-        idle = (
-            metric(text, "llmflow_num_requests_running") == 0
-            and metric(text, "llmflow_num_requests_waiting") == 0
-        )
-        if idle or time.monotonic() > deadline:
-            return text
-        time.sleep(0.05)
 
 
 def _rss_mb(pid: int) -> float:
@@ -200,7 +194,7 @@ def soak(url: str, pid: int, args: argparse.Namespace) -> SoakResult:
             json={"model": model, "prompt": long_prompt(args.prefill_words), "max_tokens": 4},
             timeout=120,
         )
-    before = _wait_idle(url)
+    before = wait_idle(url)
     r.rss_before_mb = _rss_mb(pid)
     cuts: asyncio.Queue[str] = asyncio.Queue()
     weights = [args.prefill_share, (1 - args.prefill_share) / 3, 2 * (1 - args.prefill_share) / 3]
@@ -214,11 +208,10 @@ def soak(url: str, pid: int, args: argparse.Namespace) -> SoakResult:
 
     asyncio.run(main())
     r.seconds = round(time.monotonic() - start, 1)
-    after = _wait_idle(url)
+    after = wait_idle(url)
     r.running_after = metric(after, "llmflow_num_requests_running")
     r.waiting_after = metric(after, "llmflow_num_requests_waiting")
-    if "llmflow_engine_free_sequences" in after:
-        r.engine_free_sequences = metric(after, "llmflow_engine_free_sequences")
+    r.busy_sequences_after = busy_sequences(after)
     r.tokens_generated = _generated(after) - _generated(before)
     n_cut = max(1, r.streams - r.completed - r.refused)
     r.tokens_after_cut_per_cut = round(max(0.0, r.tokens_generated - r.tokens_received) / n_cut, 3)

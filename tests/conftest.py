@@ -13,3 +13,14 @@ def embedded_llm():
     llm = LLM.load()
     yield llm
     llm.close()
+
+
+@pytest.fixture(scope="session")
+def default_served():
+    """What `llmflow serve` serves for the embedded model: the batching engine, default options."""
+    from llmflow.server import load_served
+
+    served = load_served(None)
+    assert served.engine_name == "llama_cpp_batched"
+    yield served
+    served.llm.close()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.openmp import release_thread_team
 from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
 from llmflow.params import SamplingParams, problems_from_validation
@@ -37,6 +40,11 @@ class LlamaCppOptions(BaseModel):
     n_gpu_layers: int = Field(0, ge=-1, description="layers to offload to a GPU; -1 = all")
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="default RNG seed")
     verbose: bool = False
+    extra_buffers: bool | None = Field(
+        None,
+        description="let llama.cpp put weights in its extra CPU buffer types (repacked Q4_0/Q8_0, AMX); "
+        "default: yes, unless the llama.cpp build has AMX, whose matrix path crashes on some Intel Xeons",
+    )
     prompt_cache: bool = Field(
         False,
         description="reuse the KV cache of a shared prompt prefix: a faster first token in long "
@@ -96,20 +104,25 @@ class LlamaCppEngine(VocabMethods):
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppEngine:
         parsed = LlamaCppOptions.parse(options)
         path = gguf_file(model_path)
-        import_llama_cpp(cls.name)
+        llama_cpp = import_llama_cpp(cls.name)
         from llama_cpp import Llama
 
+        # the decision is kept in the options, so that `engine.options` says what was loaded
+        parsed = parsed.model_copy(
+            update={"extra_buffers": decide_extra_buffers(llama_cpp, parsed.extra_buffers)}
+        )
         try:
-            llama = Llama(
-                model_path=str(path),
-                n_ctx=parsed.n_ctx,
-                n_threads=parsed.n_threads,
-                n_threads_batch=parsed.n_threads,
-                n_batch=parsed.n_batch,
-                n_gpu_layers=parsed.n_gpu_layers,
-                seed=parsed.seed if parsed.seed is not None else 0xFFFFFFFF,
-                verbose=parsed.verbose,
-            )
+            with model_params_override(use_extra_bufts=parsed.extra_buffers):
+                llama = Llama(
+                    model_path=str(path),
+                    n_ctx=parsed.n_ctx,
+                    n_threads=parsed.n_threads,
+                    n_threads_batch=parsed.n_threads,
+                    n_batch=parsed.n_batch,
+                    n_gpu_layers=parsed.n_gpu_layers,
+                    seed=parsed.seed if parsed.seed is not None else 0xFFFFFFFF,
+                    verbose=parsed.verbose,
+                )
         except ValueError as exc:
             raise ModelNotFound(f"llama.cpp could not load {str(path)!r}: {exc}") from None
         return cls(llama, path, parsed)
@@ -155,6 +168,34 @@ class LlamaCppEngine(VocabMethods):
 
     def close(self) -> None:
         self._llama.close()
+
+
+_MODEL_PARAMS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def model_params_override(**fields: Any) -> Iterator[None]:
+    """Model params for the `Llama` objects made inside the block.
+
+    `Llama` builds its model params from `llama_model_default_params()` and has no argument for
+    some of them (`use_extra_bufts`), so the block hands it defaults with `fields` set. The lock
+    keeps two loads in different threads from seeing each other's fields."""
+    import llama_cpp.llama_cpp as lib
+
+    with _MODEL_PARAMS_LOCK:
+        defaults = lib.llama_model_default_params
+
+        def with_fields() -> Any:
+            params = defaults()
+            for name, value in fields.items():
+                setattr(params, name, value)
+            return params
+
+        lib.llama_model_default_params = with_fields
+        try:
+            yield
+        finally:
+            lib.llama_model_default_params = defaults
 
 
 def gguf_file(model_path: str | Path) -> Path:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp import (
     LlamaCppOptions,
     LlamaVocab,
@@ -94,6 +95,10 @@ class LlamaCppBatchedEngine(VocabMethods):
         parsed = LlamaCppBatchedOptions.parse(options)
         path = gguf_file(model_path)
         llama_cpp = import_llama_cpp(cls.name)
+        # the decision is kept in the options, so that `engine.options` says what was loaded
+        parsed = parsed.model_copy(
+            update={"extra_buffers": decide_extra_buffers(llama_cpp, parsed.extra_buffers)}
+        )
         model = _load_model(llama_cpp, path, parsed)
         try:
             vocab = LlamaVocab(model, model.metadata())
@@ -147,6 +152,7 @@ def _load_model(llama_cpp: Any, path: Path, options: LlamaCppOptions) -> Any:
     llama_cpp.llama_backend_init()
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = 0x7FFFFFFF if options.n_gpu_layers == -1 else options.n_gpu_layers
+    params.use_extra_bufts = bool(options.extra_buffers)
     try:
         return _internals.LlamaModel(path_model=str(path), params=params, verbose=options.verbose)
     except ValueError as exc:

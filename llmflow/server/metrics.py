@@ -97,6 +97,9 @@ class ServerMetrics:
         free sequences, and the tokens it generated, counted as they are decoded."""
         r = self.registry
         Gauge(
+            "llmflow_engine_sequences", "Engine sequences (KV-cache slots) in all", registry=r
+        ).set_function(lambda: stats().parallel)
+        Gauge(
             "llmflow_engine_free_sequences", "Engine sequences (KV-cache slots) free now", registry=r
         ).set_function(lambda: stats().free_sequences)
         Gauge(

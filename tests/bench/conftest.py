@@ -8,13 +8,14 @@ import pytest
 
 from llmflow.model_files import default_model_path
 from tests.bench.servers import free_port, server_process
+from tests.extras import need
 
 
 @pytest.fixture(scope="session")
 def llama_cpp_server(tmp_path_factory):
     """llama-cpp-python's own OpenAI server on the embedded model: a streaming server that
     sends no usage, so output tokens are counted with the tokenizer."""
-    pytest.importorskip("starlette_context", reason="llama_cpp.server needs the 'compare' extra")
+    need("starlette_context", "compare")
     port = free_port()
     command = [
         sys.executable, "-m", "llama_cpp.server",

@@ -10,7 +10,9 @@ import pytest
 from llmflow import LLM, CancelToken, FinishReason
 from llmflow.errors import ContextLengthExceeded, InvalidMessages, InvalidParams
 from llmflow.llm import collect
+from tests.extras import need
 from tests.fakes.scripted_engine import ScriptedEngine
+from tests.text_spans import token_span
 
 GREEDY = {"temperature": 0.0, "max_tokens": 48}
 JAPANESE = "大阪の観光名所をひとつ教えて。"
@@ -59,7 +61,7 @@ def _real_exllamav2():
 def _real_transformers():
     """The embedded SmolLM2, converted from GGUF to a Hugging Face directory (cached), on the CPU."""
     for module in ("torch", "transformers", "gguf"):
-        pytest.importorskip(module, reason="the transformers engine needs the 'transformers' extra")
+        need(module, "transformers")
     from tests.fakes.hf_models import smollm2_hf_dir
 
     return LLM.load(smollm2_hf_dir(), engine="transformers", engine_options={"device": "cpu"}).engine
@@ -122,9 +124,8 @@ def test_multi_token_stop_string_is_cut_and_never_leaks(llm, engine):
     full = llm.generate(ENGLISH, GREEDY).text
     ids = engine.tokenize(full)
     assert len(ids) > 12
-    # a stop string that spans several tokens, taken from the middle of the greedy answer
-    stop = full[len(full) // 3 : len(full) // 3 + 9]
-    assert len(engine.tokenize(stop)) >= 2
+    # a stop string of three tokens from the middle of this machine's greedy answer
+    stop = token_span(engine, full, start=len(ids) // 3)
     result = llm.generate(ENGLISH, {**GREEDY, "stop": [stop, "never-appears-xyz"]})
     assert result.finish_reason is FinishReason.STOP
     assert stop not in result.text

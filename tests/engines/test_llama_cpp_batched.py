@@ -14,6 +14,7 @@ from llmflow.engines import guess_engine
 from llmflow.engines.llama_cpp_batched import default_parallel
 from llmflow.errors import InvalidParams
 from llmflow.llm import collect
+from tests.text_spans import token_span
 
 PARALLEL = 8
 PROMPTS = [
@@ -90,8 +91,9 @@ def test_same_text_as_the_one_at_a_time_engine(llm, embedded_llm, params):
 
 
 def test_eight_streams_with_their_own_params_and_stops_each_end_as_alone(llm):
-    greedy_text = llm.generate(PROMPTS[2], {"temperature": 0.0, "max_tokens": 32}).text
-    stop = greedy_text[len(greedy_text) // 2 : len(greedy_text) // 2 + 6]
+    greedy_text = llm.generate(PROMPTS[2], {"temperature": 0.0, "max_tokens": 24}).text
+    # two tokens from the middle of this machine's greedy answer: reached within max_tokens 24
+    stop = token_span(llm.engine, greedy_text, start=len(llm.engine.tokenize(greedy_text)) // 2, count=2)
     cases = [
         {"temperature": 0.0, "max_tokens": 5},
         {"temperature": 0.0, "max_tokens": 24, "stop": [stop, "zzz-never"]},

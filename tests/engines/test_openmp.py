@@ -15,8 +15,10 @@ def _os_threads() -> set[int]:
 
 
 def test_release_is_harmless_without_a_team():
+    before = _os_threads()
     release_thread_team()
     release_thread_team()
+    assert _os_threads() == before  # it neither starts nor leaves threads
 
 
 def test_generations_from_many_threads_leave_no_teams_behind(embedded_llm):

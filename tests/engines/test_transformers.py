@@ -10,8 +10,10 @@ import threading
 
 import pytest
 
-pytest.importorskip("torch", reason="the transformers engine needs the 'transformers' extra")
-pytest.importorskip("transformers", reason="the transformers engine needs the 'transformers' extra")
+from tests.extras import missing
+
+pytest.importorskip("torch", reason=missing("torch", "transformers"))
+pytest.importorskip("transformers", reason=missing("transformers", "transformers"))
 
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -7,8 +7,10 @@ import threading
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the transformers engine needs the 'transformers' extra")
-pytest.importorskip("transformers", reason="the transformers engine needs the 'transformers' extra")
+from tests.extras import missing
+
+torch = pytest.importorskip("torch", reason=missing("torch", "transformers"))
+pytest.importorskip("transformers", reason=missing("transformers", "transformers"))
 
 from llmflow import LLM, CancelToken, FinishReason  # noqa: E402
 from llmflow.llm import collect  # noqa: E402

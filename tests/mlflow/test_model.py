@@ -11,6 +11,7 @@ import llmflow.mlflow
 from llmflow.llm import LLM
 from llmflow.mlflow import LlmflowPyfuncModel, find_llm
 from tests.mlflow.conftest import DEFAULT_MAX_TOKENS
+from tests.text_spans import token_span
 
 FINISH_REASONS = {"stop", "length", "cancelled"}
 
@@ -115,16 +116,16 @@ def test_greedy_decoding_is_repeatable_and_the_stream_matches_predict(loaded):
     assert first == second == streamed
 
 
-def test_stop_sequences_cut_the_answer(loaded):
+def test_stop_sequences_cut_the_answer(loaded, embedded_llm):
     params = {"max_tokens": 24, "temperature": 0.0}
-    [full] = loaded.predict({"prompt": "List three animals, separated by commas."}, params=params)
-    if " " not in full.strip():
-        pytest.skip("the answer has no space to stop at")
-    [cut] = loaded.predict(
-        {"prompt": "List three animals, separated by commas."}, params={**params, "stop_sequences": [" "]}
-    )
-    assert " " not in cut
-    assert full.startswith(cut)
+    prompt = {"prompt": "List three animals, separated by commas."}
+    [full] = loaded.predict(prompt, params=params)
+    # two tokens from the middle of this machine's greedy answer
+    engine = embedded_llm.engine
+    stop = token_span(engine, full, start=len(engine.tokenize(full)) // 2, count=2)
+    [cut] = loaded.predict(prompt, params={**params, "stop_sequences": [stop, "never-appears-xyz"]})
+    assert cut == full[: full.index(stop)]
+    assert stop not in cut
 
 
 def test_mlflow_itself_checks_param_types(loaded):

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch", reason="the transformers engine needs the 'transformers' extra")
-pytest.importorskip("transformers", reason="the transformers engine needs the 'transformers' extra")
+from tests.extras import missing
+
+pytest.importorskip("torch", reason=missing("torch", "transformers"))
+pytest.importorskip("transformers", reason=missing("transformers", "transformers"))
 
 import mlflow
 

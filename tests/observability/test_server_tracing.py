@@ -20,8 +20,9 @@ MESSAGES = [{"role": "user", "content": "Tell me a long story about a castle."}]
 
 
 @pytest.fixture(scope="module")
-def served(embedded_llm) -> ServedModel:
-    return ServedModel.from_llm(embedded_llm)
+def served(default_served) -> ServedModel:
+    """The engine `llmflow serve` uses by default."""
+    return default_served
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 
 from llmflow.server import ServedModel
 from llmflow.server.runner import BackgroundServer
+from tests.extras import need
 from tests.server.conftest import TIMEOUT_S, running, wait_until_idle
 
 #: a Chromium binary to use instead of the one found on PATH
@@ -55,9 +56,9 @@ def browser() -> Iterator[Any]:
     if chromium is None:
         pytest.skip(
             f"no Chromium binary: install Debian's `chromium` (apt-get install chromium) or set "
-            f"{CHROMIUM_ENV}; .ci/run installs it"
+            f"{CHROMIUM_ENV}; `make test` installs it where it can"
         )
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the `test` extra")
+    sync_api = need("playwright.sync_api", "test")
     sync_api.expect.set_options(timeout=WAIT_MS)
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
@@ -66,8 +67,9 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def served(embedded_llm) -> ServedModel:
-    return ServedModel.from_llm(embedded_llm)
+def served(default_served) -> ServedModel:
+    """The engine `llmflow serve` uses by default."""
+    return default_served
 
 
 @pytest.fixture(scope="package")

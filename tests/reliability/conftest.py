@@ -15,5 +15,6 @@ sys.path.insert(0, str(BENCHMARKS))
 
 
 @pytest.fixture(scope="session")
-def served_llm(embedded_llm) -> ServedModel:
-    return ServedModel.from_llm(embedded_llm)
+def served_llm(default_served) -> ServedModel:
+    """The engine `llmflow serve` uses by default."""
+    return default_served

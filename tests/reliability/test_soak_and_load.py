@@ -14,6 +14,7 @@ def test_disconnect_soak_loses_nothing():
     result = soak_disconnect.main([*args, "--warmup", "3", "--time-limit", "240"])
     assert not result.errors
     assert result.running_after == 0 and result.waiting_after == 0
+    assert result.busy_sequences_after == 0  # every cut stream freed its sequence
     assert result.rss_growth < soak_disconnect.RSS_LIMIT
     assert result.answers_after
     assert result.tokens_after_cut_per_cut <= 2.0
@@ -26,5 +27,6 @@ def test_load_with_a_bounded_queue():
     assert result.server_errors == 0
     assert result.broken_streams == 0
     assert result.refused_without_retry_after == 0
-    assert sum(result.refused.values()) > 0  # 32 clients against 1 place + 4 waiting: overflow
+    assert sum(result.refused.values()) > 0  # 32 clients against `parallel` places + 4 waiting
     assert result.ok_streams > 0
+    assert result.busy_sequences_after == 0

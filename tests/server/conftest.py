@@ -28,9 +28,13 @@ def running(served: Any, **settings: Any) -> Iterator[BackgroundServer]:
         yield server
 
 
-@pytest.fixture(scope="session")
-def served_llm(embedded_llm) -> ServedModel:
-    return ServedModel.from_llm(embedded_llm)
+@pytest.fixture(scope="session", params=["llama_cpp_batched", "llama_cpp"])
+def served_llm(request, embedded_llm) -> ServedModel:
+    """Each server test runs on the engine `llmflow serve` uses by default and on the one-at-a-time
+    engine: their admission and streaming paths differ."""
+    if request.param == "llama_cpp":
+        return ServedModel.from_llm(embedded_llm)
+    return request.getfixturevalue("default_served")
 
 
 @pytest.fixture(scope="session")

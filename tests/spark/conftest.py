@@ -16,6 +16,7 @@ import pytest
 
 import llmflow.mlflow
 from llmflow.spark.session import java_available
+from tests.extras import need
 from tests.mlflow.store import Store, using
 
 MASTER = "local[2]"
@@ -23,7 +24,7 @@ MASTER = "local[2]"
 DEFAULT_PARAMS = {"max_tokens": 12, "temperature": 0.0}
 NO_JAVA = (
     "Spark needs Java 17 and there is no `java` here "
-    "(apt-get install openjdk-17-jre-headless, as .ci/run does)"
+    "(apt-get install openjdk-17-jre-headless, as `make test` does where it can)"
 )
 #: the environment Spark's JVM and its Python workers inherit
 SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
@@ -32,7 +33,7 @@ SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
 def require_spark() -> None:
     if not java_available():
         pytest.skip(NO_JAVA)
-    pytest.importorskip("pyspark", reason="the Spark tests need the spark extra: pip install -e '.[spark]'")
+    need("pyspark", "spark")
 
 
 @dataclass(frozen=True)
