@@ -42,20 +42,11 @@ def backend(model_path: Path, args: argparse.Namespace, unified: bool) -> Any:
 
     from llmflow.engines.llama_cpp_batched import LlamaCppBatchedOptions, LlamaStepBackend, _load_model
 
-    parallel = args.width + 1
     options = LlamaCppBatchedOptions.parse(
-        {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": parallel, "n_batch": 512}
+        {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": args.width + 1, "n_batch": 512}
     )
     model = _load_model(llama_cpp, model_path, options)
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx = -(-args.n_ctx // 256) * 256 * parallel
-    params.n_seq_max = parallel
-    params.kv_unified = unified
-    params.n_batch = params.n_ubatch = options.n_batch
-    params.n_threads = params.n_threads_batch = args.threads
-    params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    ctx = llama_cpp.llama_init_from_model(model.model, params)
-    return LlamaStepBackend(llama_cpp, model, ctx, options.n_batch)
+    return LlamaStepBackend.create(llama_cpp, model, options, kv_unified=unified)
 
 
 def one_run(step_backend: Any, way: str, args: argparse.Namespace, greedy: Any, salt: int) -> float:

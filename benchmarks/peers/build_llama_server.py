@@ -1,6 +1,7 @@
 """Build llama.cpp's `llama-server` once, from the llama.cpp source inside the pinned llama-cpp-python sdist.
 
-The peer then runs the very llama.cpp that llmflow links against. The build lives in a cache directory
+The peer then runs the very llama.cpp that llmflow links against, compiled with the same
+instruction sets (`scripts/build_llama_cpp.py`'s flags). The build lives in a cache directory
 outside the repository (default `~/.cache/llmflow-peers`) and is reused while its stamp matches; it is
 never part of CI. Without `--sdist` the sdist is fetched with `pip download`.
 
@@ -10,6 +11,7 @@ never part of CI. Without `--sdist` the sdist is fetched with `pip download`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -37,6 +39,7 @@ CMAKE_OPTIONS = [
 
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build_llama_cpp.py"
 
 
 def pinned_version(pyproject: Path = PYPROJECT) -> str:
@@ -79,9 +82,15 @@ def llama_cpp_source(sdist: Path, cache: Path) -> Path:
 
 
 def extra_cmake_options() -> list[str]:
-    """`CMAKE_ARGS`, the variable llama-cpp-python's own build reads: pass the same flags to both
-    builds (instruction sets, AMX off) so that the peer computes with the same kernels."""
-    return shlex.split(os.environ.get("CMAKE_ARGS", ""))
+    """The instruction-set flags `scripts/build_llama_cpp.py` gives llmflow's llama-cpp-python
+    (AMX off, so that the peer neither crashes on AMX Xeons nor computes with other kernels),
+    then `CMAKE_ARGS`, which both builds read last."""
+    spec = importlib.util.spec_from_file_location("build_llama_cpp", BUILD_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    build_llama_cpp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_llama_cpp)
+    flags = [a for a in build_llama_cpp.cmake_args(build_llama_cpp.this_cpu_flags()) if "GGML_" in a]
+    return [*flags, *shlex.split(os.environ.get("CMAKE_ARGS", ""))]
 
 
 def build(source: Path, build_dir: Path, jobs: int) -> Path:

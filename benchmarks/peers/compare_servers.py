@@ -268,6 +268,14 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def build_of(binary: Path | None) -> dict[str, Any] | None:
+    """How the llama-server binary was built (the stamp `build_llama_server` leaves beside it)."""
+    if binary is None:
+        return None
+    stamp = binary.parent.parent / "llmflow-stamp.json"
+    return json.loads(stamp.read_text()) if stamp.is_file() else None
+
+
 def servers_to_run(args: argparse.Namespace, recording: Recording) -> list[str]:
     names = [n for n in SERVERS if n not in args.skip]
     if "example-server" in names and args.example_server is None:
@@ -309,6 +317,7 @@ def main() -> None:
         "n_ctx_per_sequence": args.n_ctx,
         "servers": names,
         "llama_server_args": args.llama_server_args,
+        "llama_server_build": build_of(llama_server),
         "workloads": [w.key for w in plan],
         "prompt_tokens": args.prompt_tokens,
         "max_tokens": args.max_tokens,

@@ -184,7 +184,12 @@ class LlamaStepBackend:
             self._batch.n_seq_id[i] = 1
 
     @classmethod
-    def create(cls, llama_cpp: Any, model: Any, options: LlamaCppBatchedOptions) -> LlamaStepBackend:
+    def create(
+        cls, llama_cpp: Any, model: Any, options: LlamaCppBatchedOptions, *, kv_unified: bool = False
+    ) -> LlamaStepBackend:
+        """A context with a KV stream per sequence, so that attention reads only that sequence's
+        cache; `kv_unified` (for benchmarks/bench_step_shapes.py) shares one cache instead, which
+        lets llama.cpp put sequences with unequal token counts into one micro-batch."""
         n_ctx = options.n_ctx or model.n_ctx_train()
         parallel = options.parallel or default_parallel(
             n_ctx, _kv_bytes_per_token(llama_cpp, model), usable_cores()
@@ -199,7 +204,7 @@ class LlamaStepBackend:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = _pad(n_ctx) * parallel
         params.n_seq_max = parallel
-        params.kv_unified = False
+        params.kv_unified = kv_unified
         params.n_batch = params.n_ubatch = options.n_batch
         params.n_threads = params.n_threads_batch = options.n_threads
         # as LlamaCppEngine: the same numerics, so both engines give the same greedy text
