@@ -52,6 +52,10 @@ def med(s: dict | None, digits: int = 1, scale: float = 1.0) -> str:
     )
 
 
+def threads(n: int) -> str:
+    return f"{n} thread" + ("" if n == 1 else "s")
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -63,9 +67,10 @@ def provenance(document: Result, path: str) -> str:
     machine, commit = document["machine"], document["commit"]
     sha = (commit.get("sha") or "unknown")[:10] + (" + changes" if commit.get("dirty") else "")
     load = f"{num(machine.get('load_1m_start'), 2)} → {num(machine.get('load_1m_end'), 2)}"
+    quick = " --quick" if document["quick"] else ""
     line = (
         f"Result `{path}`, written by `{document['command']}` "
-        f"(`python -m benchmarks run {document['benchmark']}{' --quick' if document['quick'] else ''}`) "
+        f"(re-run: `python -m benchmarks run {document['benchmark']}{quick}`) "
         f"at commit `{sha}` on {document['started_at'][:10]}; {machine['cpu_model']}, "
         f"{machine['usable_cores']} usable cores; 1-minute load average {load}."
     )
@@ -83,7 +88,7 @@ def missing(name: str) -> str:
 def engine(d: Result) -> str:
     s, c = d["summary"], d["config"]
     intro = (
-        f"{c['model']}, {c['threads']} threads, {c['max_tokens']} tokens, greedy, {c['runs']} alternated "
+        f"{c['model']}, {threads(c['threads'])}, {c['max_tokens']} tokens, greedy, {c['runs']} alternated "
         "runs from an empty KV cache; median (min-max).\n\n"
     )
     rows = [
@@ -137,7 +142,7 @@ def http(d: Result) -> str:
     ]
     ratio_rows = [[name, med(value, 3)] for name, value in s["ratios"].items()]
     return (
-        f"{c['model']}, {c['threads']} threads, {c['max_tokens']} tokens, {c['runs']} alternated rounds; "
+        f"{c['model']}, {threads(c['threads'])}, {c['max_tokens']} tokens, {c['runs']} alternated rounds; "
         "median (min-max).\n\n"
         + table(["way", "decode tok/s", "TTFT ms", "this process's CPU µs/chunk"], rows)
         + "\n"
@@ -177,7 +182,7 @@ def batching(d: Result) -> str:
         f"prompt processing ({c['ceiling_tokens']})",
     ]  # fmt: skip
     return (
-        f"{c['model']} and its requantizations, {c['threads']} threads, {c['prompt_tokens']}-token prompts, "
+        f"{c['model']} and its requantizations, {threads(c['threads'])}, {c['prompt_tokens']}-token prompts, "
         f"{c['max_tokens']} tokens, {c['rounds']} rounds (weight types and levels alternated); tokens/s, "
         "median (min-max).\n\n" + table(header, rows)
     )
@@ -187,7 +192,7 @@ def step_shapes(d: Result) -> str:
     s, c = d["summary"], d["config"]
     rows = [[f"`{way}`", med(v)] for way, v in s["tokens_per_s"].items()]
     return (
-        f"{c['model']}, {c['threads']} threads: {c['width']} sequences decoding ({c['depth']} tokens deep) "
+        f"{c['model']}, {threads(c['threads'])}: {c['width']} sequences decoding ({c['depth']} tokens deep) "
         f"while a {c['prompt']}-token prompt is computed in chunks of {c['chunk']}; "
         f"{s['tokens_per_run']} tokens "
         f"a run, {c['rounds']} rounds, ways alternated; median (min-max).\n\n"
@@ -214,7 +219,7 @@ def peers(d: Result) -> str:
                 ]
             )  # fmt: skip
     intro = (
-        f"{c['model']}, {c['threads']} threads for every server, {c['parallel']} batched sequences, "
+        f"{c['model']}, {threads(c['threads'])} for every server, {c['parallel']} batched sequences, "
         f"{c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy; {c['rounds']} rounds, "
         "servers alternated per workload; median (min-max) over rounds.\n\n"
     )
@@ -307,7 +312,8 @@ def section(name: str, results: Path) -> str:
         document, path = load(results, source)
         if document is None:
             return f"(not measured yet: `python -m benchmarks run {source}`)"
-        return f"{render(document)} (`{path}`)"
+        smoke = "; a smoke run on a busy machine, not to quote" if document["quick"] else ""
+        return f"{render(document)} (`{path}`{smoke})"
     if name not in RENDERERS:
         raise SystemExit(f"no renderer for the generated part {name!r}")
     document, path = load(results, name)
