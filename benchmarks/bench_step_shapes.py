@@ -7,9 +7,10 @@ of doing the same work (w decode tokens a step for ceil(P / chunk) steps, plus t
   (`kv_unified` off), every step one pass for the w decode tokens, then one pass of its own for
   the next `chunk` prompt tokens;
 - `own_passes_whole`: the same, but the whole prompt in one pass of its own in the first step;
-- `fused_unified`: one KV cache for all sequences (`kv_unified` on, as llama-server's and
-  llama-cpp-python's example server's default), the whole prompt in the same pass as the first
-  step's decode tokens.
+- `fused_unified`: one KV cache for all sequences (`kv_unified` on, as llama-cpp-python's example
+  server's default), the whole prompt in the same pass as the first step's decode tokens;
+- `decode_only_own`, `decode_only_unified`: the decode steps alone, on either cache (what a step
+  costs the running streams when no prompt is waiting).
 
 With a KV stream per sequence llama.cpp can only put sequences with equally many tokens into one
 micro-batch, so decode and prompt tokens cannot share a pass; a unified cache lifts that. The ways
@@ -33,7 +34,8 @@ from llmflow.model_files import default_model_path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import Recording, paired_ratios, spread
 
-WAYS = ("own_passes_chunked", "own_passes_whole", "fused_unified")
+WAYS = ("own_passes_chunked", "own_passes_whole", "fused_unified", "decode_only_own", "decode_only_unified")
+UNIFIED = {"fused_unified", "decode_only_unified"}
 
 
 def backend(model_path: Path, args: argparse.Namespace, unified: bool) -> Any:
@@ -66,6 +68,9 @@ def one_run(step_backend: Any, way: str, args: argparse.Namespace, greedy: Any, 
 
     started = time.perf_counter()
     for step in range(steps):
+        if way.startswith("decode_only"):
+            step_backend.decode(decode_entries(step))
+            continue
         if way == "fused_unified":
             extra = [prompt_entry(0, len(prompt))] if step == 0 else []
             step_backend.decode(decode_entries(step) + extra)
@@ -115,12 +120,12 @@ def main() -> None:
         for unified, b in backends.items():
             fill(b, args, greedies[unified])
         for way in WAYS:  # warm-up
-            unified = way == "fused_unified"
+            unified = way in UNIFIED
             one_run(backends[unified], way, args, greedies[unified], salt=0)
         samples: dict[str, list[float]] = {way: [] for way in WAYS}
         for r in range(args.rounds):
             for way in WAYS[r % len(WAYS) :] + WAYS[: r % len(WAYS)]:
-                unified = way == "fused_unified"
+                unified = way in UNIFIED
                 samples[way].append(one_run(backends[unified], way, args, greedies[unified], salt=r + 1))
     finally:
         for unified, b in backends.items():
@@ -128,12 +133,17 @@ def main() -> None:
             b.close()
     steps = math.ceil(args.prompt / args.chunk)
     tokens = steps * args.width + args.prompt
-    rates = {way: [tokens / s for s in values] for way, values in samples.items()}
+    decode_tokens = steps * args.width
+    rates = {
+        way: [(decode_tokens if way.startswith("decode_only") else tokens) / s for s in values]
+        for way, values in samples.items()
+    }
     summary = {
         "tokens_per_run": tokens,
         "tokens_per_s": {way: spread(values) for way, values in rates.items()},
         "fused_over_chunked": paired_ratios(rates["fused_unified"], rates["own_passes_chunked"]),
         "whole_over_chunked": paired_ratios(rates["own_passes_whole"], rates["own_passes_chunked"]),
+        "decode_only_unified_over_own": paired_ratios(rates["decode_only_unified"], rates["decode_only_own"]),
     }
     config = {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
     config["model"] = model.name

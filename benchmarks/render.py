@@ -194,12 +194,13 @@ def step_shapes(d: Result) -> str:
     return (
         f"{c['model']}, {threads(c['threads'])}: {c['width']} sequences decoding ({c['depth']} tokens deep) "
         f"while a {c['prompt']}-token prompt is computed in chunks of {c['chunk']}; "
-        f"{s['tokens_per_run']} tokens "
+        f"{s['tokens_per_run']} tokens (the decode-only ways: their decode tokens) "
         f"a run, {c['rounds']} rounds, ways alternated; median (min-max).\n\n"
         + table(["way", "tokens/s"], rows)
         + f"\nOne fused pass on a unified cache / llmflow's passes, round by round: "
         f"**{med(s['fused_over_chunked'], 3)}**; the whole prompt in one pass of its own / chunks: "
-        f"{med(s['whole_over_chunked'], 3)}.\n"
+        f"{med(s['whole_over_chunked'], 3)}; decode steps alone, unified / own streams: "
+        f"{med(s.get('decode_only_unified_over_own'), 3)}.\n"
     )
 
 
