@@ -74,7 +74,10 @@ def test_a_non_streaming_client_that_disconnects_cancels_too(http, model_name):
 
 
 def test_full_queue_is_429_with_retry_after_then_the_server_recovers(start_server, model_name):
-    with start_server(max_queue=1) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http:
+    with (
+        start_server(max_running=1, max_queue=1) as server,
+        httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http,
+    ):
         running = OpenStream(http, model_name)  # takes the only place
         waiting = QueuedRequest(server.url, {"model": model_name, **COUNTING, "max_tokens": 2})
         refused = http.post("/v1/completions", json={"model": model_name, **COUNTING, "max_tokens": 2})
@@ -129,8 +132,11 @@ def test_metrics_count_what_was_served(start_server, model_name):
 
 
 def test_a_client_that_leaves_the_queue_gets_nothing_generated(start_server, model_name):
-    with start_server(max_queue=2) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http:
-        running = OpenStream(http, model_name)
+    with (
+        start_server(max_running=1, max_queue=2) as server,
+        httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http,
+    ):
+        running = OpenStream(http, model_name)  # takes the only place
         before = http.get("/metrics").text
 
         def impatient() -> None:  # waits in the queue, gives up after half a second

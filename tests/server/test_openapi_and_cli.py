@@ -74,7 +74,7 @@ def test_openapi_declares_the_bearer_key_when_there_is_one(start_server):
     assert doc["paths"]["/health"]["get"]["security"] == []
 
 
-def test_version(http, model_name):
+def test_version(http, model_name, served_llm):
     import mlflow
 
     import llmflow
@@ -83,7 +83,7 @@ def test_version(http, model_name):
         "llmflow": llmflow.__version__,
         "mlflow": mlflow.__version__,
         "model": model_name,
-        "engine": "llama_cpp",
+        "engine": served_llm.engine_name,
     }
 
 
