@@ -103,7 +103,15 @@ def command_line(argv: list[str] | None = None) -> str:
     if script.suffix == ".py" and script.is_relative_to(REPO):
         parts = script.relative_to(REPO).with_suffix("").parts
         argv[0] = "-m " + ".".join(parts[:-1] if parts[-1] == "__main__" else parts)
-    return " ".join(["python", *argv])
+    return " ".join(["python", *(local_path_hidden(a) for a in argv)])
+
+
+def local_path_hidden(argument: str) -> str:
+    """An absolute path outside the repository (a fetched checkout, an sdist) as its file name."""
+    path = Path(argument)
+    if not path.is_absolute() or path.resolve().is_relative_to(REPO):
+        return argument
+    return f"<{path.name}>"
 
 
 @dataclass

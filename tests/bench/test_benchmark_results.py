@@ -113,3 +113,12 @@ def test_every_shared_prefix_request_starts_with_the_same_system_prompt(tmp_path
     questions = {row["messages"][1]["content"] for row in rows}
     assert len(systems) == 1 and len(questions) == 6
     assert len(dataset_requests(path, 6, max_tokens=8)) == 6  # llmflow bench reads it
+
+
+def test_the_recorded_command_names_no_local_paths():
+    from benchmarks.record import command_line
+
+    script = str(REPO / "benchmarks" / "peers" / "compare_servers.py")
+    argv = [script, "--example-server", "/somewhere/else/server.py", "--rounds", "5"]
+    expected = "python -m benchmarks.peers.compare_servers --example-server <server.py> --rounds 5"
+    assert command_line(argv) == expected
