@@ -53,7 +53,11 @@ def med(s: dict | None, digits: int = 1, scale: float = 1.0) -> str:
 
 
 def threads(n: int) -> str:
-    return f"{n} thread" + ("" if n == 1 else "s")
+    return plural(n, "thread")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -183,7 +187,8 @@ def batching(d: Result) -> str:
     ]  # fmt: skip
     return (
         f"{c['model']} and its requantizations, {threads(c['threads'])}, {c['prompt_tokens']}-token prompts, "
-        f"{c['max_tokens']} tokens, {c['rounds']} rounds (weight types and levels alternated); tokens/s, "
+        f"{c['max_tokens']} tokens, {plural(c['rounds'], 'round')} (weight types and levels alternated); "
+        "tokens/s, "
         "median (min-max).\n\n" + table(header, rows)
     )
 
@@ -221,7 +226,8 @@ def peers(d: Result) -> str:
             )  # fmt: skip
     intro = (
         f"{c['model']}, {threads(c['threads'])} for every server, {c['parallel']} batched sequences, "
-        f"{c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy; {c['rounds']} rounds, "
+        f"{c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy; "
+        f"{plural(c['rounds'], 'round')}, "
         "servers alternated per workload; median (min-max) over rounds.\n\n"
     )
     return intro + table(header, rows) + "\n" + peer_targets(s)
