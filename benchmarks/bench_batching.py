@@ -33,7 +33,7 @@ from llmflow import LLM
 from llmflow.bench.driver import ITL_NOTE, parse_list, requests_for
 from llmflow.bench.inprocess import InProcessBackend
 from llmflow.bench.report import Settings, Target, build_document
-from llmflow.bench.runner import Level, Plan, Sweep, run_sweep
+from llmflow.bench.sweep import Level, Plan, Sweep, run_sweep
 from llmflow.bench.tokens import TokenCounter
 from llmflow.bench.workload import synthetic_requests
 from llmflow.engines.llama_cpp import usable_cores

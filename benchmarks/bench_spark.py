@@ -29,7 +29,7 @@ import pandas as pd
 
 import llmflow.mlflow
 from llmflow.engines.llama_cpp import usable_cores
-from llmflow.mlflow.executor import LOAD_LOG_ENV
+from llmflow.mlflow.worker_cache import LOAD_LOG_ENV
 from llmflow.spark import answer_udf, threads_per_task
 from llmflow.spark.session import start_session
 

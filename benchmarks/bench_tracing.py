@@ -24,8 +24,7 @@ import mlflow
 
 from llmflow import LLM
 from llmflow.mlflow import LlmflowPyfuncModel
-from llmflow.observability import ObservedStream, RequestTrace
-from llmflow.timing import RequestTimings
+from llmflow.observability import ObservedGeneration, ObservedStream, RequestTimings, RequestTrace
 from llmflow.types import CancelToken, Chunk, FinishReason, Usage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,7 +39,7 @@ MODES: dict[str, dict[str, Any]] = {
 
 
 def run_stream(model: LlmflowPyfuncModel, max_tokens: int, mode: str) -> tuple[float, float, int]:
-    """(ttft_s, decode tokens/s, tokens) as the consumer sees them, `StreamTimer`'s formula."""
+    """(ttft_s, decode tokens/s, tokens) as the consumer sees them, `RequestTimings`' formula."""
     model.llm.engine._llama.reset()
     params = {"temperature": 0.0, "max_tokens": max_tokens, **MODES[mode]}
     start = time.perf_counter()
@@ -67,7 +66,7 @@ def wrapper_cost_us(chunks: int, traced: bool) -> float:
 
     def observed() -> float:
         trace = RequestTrace("bench", {"prompt": "x"}) if traced else None  # the appends, no span
-        stream = ObservedStream(iter(items), CancelToken(), RequestTimings(), trace)
+        stream = ObservedStream(iter(items), CancelToken(), ObservedGeneration(RequestTimings(), trace))
         start = time.perf_counter()
         for _ in stream:
             pass

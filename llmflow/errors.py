@@ -140,6 +140,30 @@ class RequestTooLarge(LlmflowError):
         super().__init__(f"the request body is larger than the server's limit of {limit_bytes} bytes")
 
 
+class RequestReadTimeout(LlmflowError):
+    """A client that did not send its request head, or then its body, within the server's read
+    timeout (a slow or stalled client): the server answers and closes the connection."""
+
+    code = "request_read_timeout"
+
+    def __init__(self, timeout_s: float, part: str = "body"):
+        self.timeout_s = timeout_s
+        super().__init__(
+            f"the request {part} did not arrive within the server's read timeout of {timeout_s:g} s"
+        )
+
+
+class TooManyConnections(LlmflowError):
+    """A connection beyond the server's limit of open connections: answered and closed at once."""
+
+    code = "too_many_connections"
+
+    def __init__(self, limit: int, retry_after_s: int = 1):
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        super().__init__(f"the server has {limit} open connections, its limit; retry later")
+
+
 class UnsupportedEndpoint(LlmflowError):
     """A route the served model cannot answer, e.g. chat completions for a plain pyfunc model."""
 

@@ -50,21 +50,10 @@ def run_local(
 
 def load_pyfunc(model_uri: str, threads: int | None = None) -> Any:
     """The logged model, its engine on `threads` CPU threads when given (its other engine options
-    kept: MLflow replaces a `model_config` key as a whole)."""
-    import mlflow
+    kept)."""
+    from llmflow.mlflow.model_ref import resolve
 
-    if threads is None:
-        return mlflow.pyfunc.load_model(model_uri)
-    from mlflow.models import Model
-
-    from llmflow.engines import engine_class
-
-    config = Model.load(model_uri).flavors.get("python_function", {}).get("model_config") or {}
-    option = getattr(engine_class(config.get("engine", "llama_cpp")), "thread_option", None)
-    if option is None:
-        return mlflow.pyfunc.load_model(model_uri)
-    options = {**config.get("engine_options", {}), option: threads}
-    return mlflow.pyfunc.load_model(model_uri, model_config={"engine_options": options})
+    return resolve(model_uri, threads=threads).pyfunc
 
 
 def with_results(frame: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFrame:

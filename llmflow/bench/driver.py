@@ -15,7 +15,7 @@ from llmflow.bench.http_backend import APIS, HttpBackend, HttpOptions, resolve_e
 from llmflow.bench.inprocess import InProcessBackend, load_llm
 from llmflow.bench.records import OutputTokenSource, RequestSpec
 from llmflow.bench.report import Settings, Target, build_document
-from llmflow.bench.runner import Backend, Level, Plan, ProgressSink, Sweep, run_sweep
+from llmflow.bench.sweep import Backend, Level, Plan, ProgressSink, Sweep, run_sweep
 from llmflow.bench.tokens import EMBEDDED, TokenCounter, guess_tokenizer
 from llmflow.bench.workload import dataset_requests, synthetic_requests
 from llmflow.errors import InvalidRequest

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmflow.bench.records import ErrorKind, RequestRecord, RequestSpec
@@ -19,34 +18,18 @@ from llmflow.types import CancelToken
 if TYPE_CHECKING:
     from llmflow.llm import LLM
 
-_MLFLOW_URI_SCHEMES = ("models:/", "runs:/", "file:", "s3:", "gs:", "dbfs:", "mlflow-artifacts:")
-
 
 def load_llm(model: str | None, engine_options: dict[str, Any] | None = None) -> LLM:
-    """A GGUF file or model directory (None: the embedded model), or an MLflow model URI or
-    a saved MLflow model directory, whose llmflow model is used directly (with the engine
-    options it was logged with; `engine_options` apply to model files only)."""
-    from llmflow.llm import LLM
+    """What MODEL names (see `llmflow.mlflow.model_ref`): weights (None: the embedded model), or
+    an MLflow model whose llmflow model is used directly (with the engine options it was logged
+    with, and `engine_options` on top)."""
+    from llmflow.mlflow.model_ref import resolve
 
-    if model is not None and _is_mlflow_model(model):
-        return _load_from_mlflow(model)
-    return LLM.load(model, engine_options=engine_options)
-
-
-def _is_mlflow_model(model: str) -> bool:
-    return model.startswith(_MLFLOW_URI_SCHEMES) or (Path(model) / "MLmodel").is_file()
-
-
-def _load_from_mlflow(uri: str) -> LLM:
-    import mlflow.pyfunc
-
-    from llmflow.mlflow import find_llm
-
-    llm = find_llm(mlflow.pyfunc.load_model(uri))
+    llm = resolve(model, engine_options=engine_options).llm
     if llm is None:
         raise InvalidRequest.single(
             "model",
-            f"{uri!r} is not an llmflow model; serve it (llmflow serve or mlflow models serve) "
+            f"{model!r} is not an llmflow model; serve it (llmflow serve or mlflow models serve) "
             "and benchmark it with --url",
         )
     return llm

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from llmflow import __version__
-from llmflow.bench.runner import LevelResult, Sweep
 from llmflow.bench.schema import SCHEMA_VERSION
 from llmflow.bench.stats import summarize
+from llmflow.bench.sweep import LevelResult, Sweep
 
 #: a labelled results document: (label or None, document)
 Run = tuple[str | None, dict[str, Any]]

@@ -12,7 +12,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -54,19 +53,22 @@ def chat(
 
 
 def open_model(model: str, tracking_uri: str | None) -> StreamFn:
-    """A GGUF file or model directory loads straight into llmflow; anything else through MLflow."""
-    path = Path(model).expanduser()
-    if path.exists() and not (path / "MLmodel").is_file():
-        from llmflow.llm import LLM
-        from llmflow.mlflow.model import LlmflowPyfuncModel
+    """What MODEL names (see `llmflow.mlflow.model_ref`): weights load straight into llmflow, an
+    MLflow model through MLflow."""
+    from llmflow.mlflow.model_ref import parse_model_ref, resolve
 
-        python_model = LlmflowPyfuncModel.from_llm(LLM.load(path))
-        return lambda data, params: python_model.predict_stream(None, data, params)
-    import mlflow
+    ref = parse_model_ref(model)
+    if ref.logged and tracking_uri:
+        import mlflow
 
-    if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
-    return mlflow.pyfunc.load_model(model).predict_stream
+    resolved = resolve(ref)
+    if resolved.pyfunc is not None:
+        return resolved.pyfunc.predict_stream
+    from llmflow.mlflow.model import LlmflowPyfuncModel
+
+    python_model = LlmflowPyfuncModel.from_llm(resolved.llm)
+    return lambda data, params: python_model.predict_stream(None, data, params)
 
 
 def run_chat(stream: StreamFn, params: dict[str, Any], *, separator: str = "") -> None:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import typer
 
 from llmflow.errors import LlmflowError
-from llmflow.timing import StreamTimer
+from llmflow.observability.timings import RequestTimings
 from llmflow.types import Chunk, FinishReason
 
 EXIT_BAD_INPUT = 2
@@ -34,18 +34,20 @@ def exit_on_llmflow_error() -> Iterator[None]:
 
 def print_stream(
     chunks: Iterator[Chunk], *, separator: str = ""
-) -> tuple[str, FinishReason | None, StreamTimer]:
+) -> tuple[str, FinishReason | None, RequestTimings]:
     """Write text chunks to stdout as they arrive (with `separator` between chunks, like the
-    seed's `|`); return the answer, its finish reason and the timer."""
-    timer = StreamTimer()
+    seed's `|`); return the answer, its finish reason and its timings."""
+    timings = RequestTimings()
     parts: list[str] = []
     finish = None
-    for chunk in timer.watch(chunks):
+    for chunk in chunks:
         if chunk.is_final:
             finish = chunk.finish_reason
+            timings.finish(finish.value if finish else "stop", chunk.usage)
             break
+        timings.token()
         parts.append(chunk.text)
         sys.stdout.write(chunk.text + separator)
         sys.stdout.flush()
     sys.stdout.write("\n")
-    return "".join(parts), finish, timer
+    return "".join(parts), finish, timings

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from llmflow.cli.common import exit_on_llmflow_error
-from llmflow.errors import InvalidParams
+from llmflow.errors import FieldProblem, InvalidParams
+
+if TYPE_CHECKING:
+    from llmflow.server import ServerSettings
 
 API_KEY_ENV = "LLMFLOW_API_KEY"
 
@@ -53,6 +56,19 @@ def serve(
     ] = None,
     timeout: Annotated[float, typer.Option(help="time limit per request in seconds, queue included")] = 600.0,
     max_body_bytes: Annotated[int, typer.Option(help="larger request bodies get 413")] = 8 * 1024 * 1024,
+    read_timeout: Annotated[
+        float,
+        typer.Option(
+            help="seconds a client has to send its request head, and then its body; beyond: 408 and "
+            "the connection is closed"
+        ),
+    ] = 30.0,
+    max_connections: Annotated[
+        int, typer.Option(help="open connections at most; one more is answered 503 and closed")
+    ] = 256,
+    keep_alive_timeout: Annotated[
+        float, typer.Option(help="seconds an idle connection stays open between two requests")
+    ] = 5.0,
     cors_origin: Annotated[
         list[str] | None, typer.Option(help="an origin allowed by CORS (repeatable); default: CORS off")
     ] = None,
@@ -94,12 +110,12 @@ def serve(
 ) -> None:
     """Serve MODEL over HTTP with token streaming: /v1/chat/completions, /v1/completions,
     /invocations (with "stream": true), /health, /metrics."""
-    from llmflow.server import ServerSettings, create_app, load_served
+    from llmflow.server import create_app, load_served
     from llmflow.server.runner import run
 
     with exit_on_llmflow_error():
         key = _read_api_key(api_key, api_key_file)
-        settings = ServerSettings(
+        settings = _settings(
             host=host,
             port=port,
             api_key=key,
@@ -108,6 +124,9 @@ def serve(
             max_running=max_running,
             request_timeout_s=timeout,
             max_body_bytes=max_body_bytes,
+            read_timeout_s=read_timeout,
+            max_connections=max_connections,
+            keep_alive_timeout_s=keep_alive_timeout,
             cors_origins=tuple(cors_origin or ()),
             shutdown_grace_s=shutdown_grace,
             tracing=tracing,
@@ -124,6 +143,33 @@ def serve(
     where = f"http://{host}:{port}"
     typer.secho(f"serving {served.name!r} on {where} (OpenAI base URL {where}/v1)", err=True)
     run(app, host, port, log_level=log_level)
+
+
+#: ServerSettings fields whose command-line option is named otherwise
+_OPTION_OF_FIELD = {
+    "request_timeout_s": "--timeout",
+    "read_timeout_s": "--read-timeout",
+    "keep_alive_timeout_s": "--keep-alive-timeout",
+    "shutdown_grace_s": "--shutdown-grace",
+    "cors_origins": "--cors-origin",
+}
+
+
+def _settings(**values: Any) -> ServerSettings:
+    """The server's settings, a bad value named by its option (not a pydantic traceback)."""
+    from pydantic import ValidationError
+
+    from llmflow.server import ServerSettings
+
+    try:
+        return ServerSettings(**values)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "settings"
+            option = _OPTION_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+            problems.append(FieldProblem(option, error["msg"].lower()))
+        raise InvalidParams(problems) from None
 
 
 def _read_api_key(api_key: str | None, api_key_file: Path | None) -> str | None:

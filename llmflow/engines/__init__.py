@@ -39,7 +39,7 @@ def engine_class(name: str) -> type[Engine]:
 
 def load_engine(name: str, model_path: Path, options: dict[str, Any] | None = None) -> Engine:
     """Load `model_path` with the engine called `name`; options are validated by the engine."""
-    return engine_class(name).load(model_path, **(options or {}))  # type: ignore[attr-defined]
+    return engine_class(name).load(model_path, **(options or {}))
 
 
 #: the engine that batches concurrent generations, for engines that run one at a time

@@ -22,11 +22,12 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
+from llmflow.engines.base import Engine, EngineOptions
 from llmflow.engines.hf_files import HfModelDir
-from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
-from llmflow.params import SamplingParams, problems_from_validation
+from llmflow.errors import EngineUnavailable, ModelNotFound
+from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
 from llmflow.types import CancelToken
@@ -44,11 +45,9 @@ WARMUP_TOKENS = 16
 INSTALL_HINT = "pip install 'llmflow[exllamav2]' on a machine with a CUDA GPU and the CUDA toolkit"
 
 
-class ExLlamaV2Options(BaseModel):
+class ExLlamaV2Options(EngineOptions):
     """Load-time options. The seed used a Q4 cache with max_seq_len 8192: a quarter of the
     FP16 cache's memory for a small loss of quality."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     cache_type: CacheType = Field("fp16", description="KV cache precision: fp16, q8, q6 or q4")
     max_seq_len: int | None = Field(
@@ -69,13 +68,6 @@ class ExLlamaV2Options(BaseModel):
         if self.gpu_split is not None and self.autosplit:
             raise ValueError("gpu_split needs autosplit=false")
         return self
-
-    @classmethod
-    def parse(cls, options: dict[str, Any]) -> ExLlamaV2Options:
-        try:
-            return cls.model_validate(options)
-        except ValidationError as exc:
-            raise InvalidParams(problems_from_validation(exc)) from None
 
 
 def unavailable_reason() -> str | None:
@@ -120,13 +112,11 @@ def sampler_settings(settings_class: Any, params: SamplingParams) -> Any:
     return settings
 
 
-class ExLlamaV2Engine:
+class ExLlamaV2Engine(Engine):
     """One model and one KV cache on the GPU. Generations run one at a time (callers serialise);
     the cache keeps the previous sequence, so a shared prefix is not computed twice."""
 
     name: ClassVar[str] = "exllamav2"
-    concurrent: ClassVar[bool] = False
-    #: what a logged model pins in its pip requirements (see llmflow.mlflow.requirements)
     pip_packages: ClassVar[tuple[str, ...]] = ("exllamav2",)
 
     def __init__(
@@ -173,10 +163,6 @@ class ExLlamaV2Engine:
     @property
     def model_name(self) -> str:
         return self._path.name
-
-    @property
-    def max_concurrency(self) -> int:
-        return 1
 
     @property
     def n_ctx(self) -> int:

@@ -10,12 +10,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
+from llmflow.engines.base import Engine, EngineOptions
 from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.openmp import release_thread_team
-from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
-from llmflow.params import SamplingParams, problems_from_validation
+from llmflow.errors import EngineUnavailable, ModelNotFound
+from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
 from llmflow.types import CancelToken
@@ -28,11 +29,9 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-class LlamaCppOptions(BaseModel):
+class LlamaCppOptions(EngineOptions):
     """Load-time options. llama.cpp's own default thread count is half the cores, which is
     about 25% slower on small machines, so llmflow uses every usable core."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     n_ctx: int = Field(4096, ge=16, description="context window in tokens (0 = the model's own)")
     n_threads: int = Field(default_factory=usable_cores, ge=1)
@@ -51,13 +50,6 @@ class LlamaCppOptions(BaseModel):
         "chats, but llama.cpp's numbers then depend on how the prompt was split, so greedy answers "
         "to the same request may differ slightly from call to call",
     )
-
-    @classmethod
-    def parse(cls, options: dict[str, Any]) -> LlamaCppOptions:
-        try:
-            return cls.model_validate(options)
-        except ValidationError as exc:
-            raise InvalidParams(problems_from_validation(exc)) from None
 
 
 class VocabMethods:
@@ -83,16 +75,13 @@ class VocabMethods:
         return self._vocab.detokenizer()
 
 
-class LlamaCppEngine(VocabMethods):
+class LlamaCppEngine(VocabMethods, Engine):
     """One llama.cpp model and context. Generations run one at a time (callers serialise);
     the KV cache keeps the previous prompt, so a shared prefix is not computed twice."""
 
     name: ClassVar[str] = "llama_cpp"
-    concurrent: ClassVar[bool] = False
-    #: what a logged model pins in its pip requirements (see llmflow.mlflow.requirements)
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
-    #: the load option that sets CPU threads (see llmflow.mlflow.executor: threads per Spark task)
-    thread_option: ClassVar[str] = "n_threads"
+    thread_option: ClassVar[str | None] = "n_threads"
 
     def __init__(self, llama: Any, model_path: Path, options: LlamaCppOptions):
         self._llama = llama
@@ -130,10 +119,6 @@ class LlamaCppEngine(VocabMethods):
     @property
     def model_name(self) -> str:
         return self._model_path.name.removesuffix(".gguf")
-
-    @property
-    def max_concurrency(self) -> int:
-        return 1
 
     @property
     def n_ctx(self) -> int:

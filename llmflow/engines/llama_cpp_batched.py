@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from llmflow.engines.base import Engine
 from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp import (
     LlamaCppOptions,
@@ -63,7 +64,7 @@ class LlamaCppBatchedOptions(LlamaCppOptions):
         return value
 
 
-class LlamaCppBatchedEngine(VocabMethods):
+class LlamaCppBatchedEngine(VocabMethods, Engine):
     """A GGUF model that decodes up to `max_concurrency` generations in one batch per step.
 
     `generate` may be called from many threads at once; beyond `max_concurrency` a generation
@@ -72,7 +73,7 @@ class LlamaCppBatchedEngine(VocabMethods):
     name: ClassVar[str] = "llama_cpp_batched"
     concurrent: ClassVar[bool] = True
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
-    thread_option: ClassVar[str] = "n_threads"
+    thread_option: ClassVar[str | None] = "n_threads"
 
     def __init__(
         self, backend: LlamaStepBackend, vocab: LlamaVocab, model_path: Path, options: LlamaCppBatchedOptions

@@ -11,7 +11,7 @@ Inside this package MLflow itself is imported with absolute imports (`import mlf
 
 from __future__ import annotations
 
-from llmflow.mlflow.errors import InvalidModelInput
+from llmflow.mlflow.inputs import InvalidModelInput
 from llmflow.mlflow.log import log_model
 from llmflow.mlflow.model import LlmflowPyfuncModel, find_llm
 from llmflow.mlflow.save import save_model

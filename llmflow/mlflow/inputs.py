@@ -3,6 +3,10 @@
 Input comes from MLflow (after its schema enforcement: a DataFrame for `predict`, a dict for
 `predict_stream`) or straight from a caller (a str, a dict, a list of those, a DataFrame). Every
 shape is checked here, so bad input fails with a message that names the field, before any token.
+
+`InvalidModelInput` is such a failure as MLflow sees it: an `MlflowException` that still carries
+the llmflow error. MLflow's scoring server answers `INVALID_PARAMETER_VALUE` with HTTP 400;
+llmflow's own server maps `.error` by its class, like any other llmflow error.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest, LlmflowError
 from llmflow.llm import PromptInput
@@ -31,6 +38,14 @@ INPUT_FIELDS = ("prompt", "messages")
 _EXTRA_PARAMS = ("stop", STOP_SEQUENCES, SYSTEM_PROMPT, DETAILS, RESULT, TRACE, TIMINGS)
 _RESULTS = (RESULT_TEXT, RESULT_STRUCT)
 _HOW = "give a `prompt` string or a `messages` list of {role, content}"
+
+
+class InvalidModelInput(MlflowException):
+    """A request the model refuses (bad input, params, messages, or a prompt too long)."""
+
+    def __init__(self, error: LlmflowError):
+        super().__init__(str(error), error_code=INVALID_PARAMETER_VALUE)
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)

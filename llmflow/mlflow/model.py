@@ -12,7 +12,7 @@ one `{"content", "finish_reason", "usage"}` dict per row (both serialise as JSON
 scoring server), or with `params={"result": "struct"}` one flat record per row where a bad row
 is an error record instead of a failed call (Spark's struct result: `struct_result.py`).
 
-Observability (`observe.py`): with `params={"timings": True}` the final stream chunk (and each
+Observability (`observed_calls.py`): with `params={"timings": True}` the final stream chunk (and each
 detail dict of `predict`) carries a `timings` object (queue_ms, ttft_ms, e2e_ms, token counts,
 decode_tokens_per_s). MLflow traces are recorded when `params={"trace": True}`, when the model
 was logged with `tracing=True`, or, unless either says False, when an MLflow experiment is set.
@@ -32,18 +32,23 @@ from mlflow.pyfunc import PythonModel
 from llmflow.errors import InvalidParams, LlmflowError, ModelNotFound
 from llmflow.llm import collect
 from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
-from llmflow.mlflow.errors import InvalidModelInput
-from llmflow.mlflow.executor import load_llm
-from llmflow.mlflow.inputs import Options, parse_each_row, parse_options, parse_rows, parse_single
-from llmflow.mlflow.observe import STREAM_SPAN, observed_stream, predict_observed, start_trace
+from llmflow.mlflow.inputs import (
+    InvalidModelInput,
+    Options,
+    parse_each_row,
+    parse_options,
+    parse_rows,
+    parse_single,
+)
+from llmflow.mlflow.observed_calls import STREAM_SPAN, observed_stream, predict_observed, start_trace
 from llmflow.mlflow.signature import RESULT_STRUCT, TIMINGS
 from llmflow.mlflow.struct_result import struct_answers
-from llmflow.observability import tracing_wanted
-from llmflow.timing import RequestTimings
+from llmflow.mlflow.worker_cache import load_llm
+from llmflow.observability import RequestTimings, tracing_wanted
 from llmflow.types import Chunk, Completion, FinishReason, Usage
 
 if TYPE_CHECKING:
-    from llmflow.llm import LLM
+    from llmflow.llm import LLM, PreparedRequest, PromptInput
 
 
 class LlmflowPyfuncModel(PythonModel):
@@ -103,10 +108,7 @@ class LlmflowPyfuncModel(PythonModel):
         """Chunk dicts as tokens are generated. Bad input raises here, before the iterator."""
         timings = RequestTimings()
         llm = self._loaded()
-        with _as_mlflow_error():
-            row = parse_single(model_input)
-            options = parse_options(params, llm.default_params)
-            request = llm.prepare(row, options.sampling, system_prompt=options.system_prompt)
+        row, options, request = self.prepare_stream(model_input, params)
         timings.admit()  # in process there is no queue: queue_ms is the time taken to prepare
         trace = None
         if tracing_wanted(options.trace, self.tracing):
@@ -115,6 +117,18 @@ class LlmflowPyfuncModel(PythonModel):
             return chunk_dicts(llm.stream_prepared(request))
         stream = observed_stream(llm, request, timings, trace)
         return chunk_dicts(stream, timings if options.timings else None)
+
+    def prepare_stream(
+        self, model_input: Any, params: dict[str, Any] | None
+    ) -> tuple[PromptInput, Options, PreparedRequest]:
+        """What a stream checks before its first token: the one input, the params, the prepared
+        request. Callers that stream the LLM themselves (the server) start here too."""
+        llm = self._loaded()
+        with _as_mlflow_error():
+            row = parse_single(model_input)
+            options = parse_options(params, llm.default_params)
+            request = llm.prepare(row, options.sampling, system_prompt=options.system_prompt)
+        return row, options, request
 
     def _loaded(self) -> LLM:
         if self.llm is None:
@@ -136,6 +150,12 @@ def _answer(completion: Completion, timings: RequestTimings | None, options: Opt
 
 def find_llm(model: Any) -> LLM | None:
     """The LLM inside a loaded pyfunc model (or an `LlmflowPyfuncModel`), None for other models."""
+    python_model = find_llmflow_model(model)
+    return None if python_model is None else python_model.llm
+
+
+def find_llmflow_model(model: Any) -> LlmflowPyfuncModel | None:
+    """The `LlmflowPyfuncModel` inside a loaded pyfunc model (or itself), None for other models."""
     python_model = model
     unwrap = getattr(model, "unwrap_python_model", None)
     if unwrap is not None:
@@ -143,7 +163,7 @@ def find_llm(model: Any) -> LLM | None:
             python_model = unwrap()
         except MlflowException:  # not a python model
             return None
-    return python_model.llm if isinstance(python_model, LlmflowPyfuncModel) else None
+    return python_model if isinstance(python_model, LlmflowPyfuncModel) else None
 
 
 def weights_location(spec: ModelSpec, artifacts: dict[str, str]) -> Path:

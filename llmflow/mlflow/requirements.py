@@ -39,7 +39,7 @@ def llmflow_requirement() -> str:
 
 def engine_requirements(engine: str) -> list[str]:
     """The engine's packages (its `pip_packages`), pinned to the installed versions."""
-    packages = getattr(engine_class(engine), "pip_packages", ())
+    packages = engine_class(engine).pip_packages
     pinned = []
     for package in packages:
         try:

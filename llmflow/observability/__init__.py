@@ -1,14 +1,23 @@
-"""Observability: MLflow traces of generations and per-request timings.
+"""Observability: per-generation timings and MLflow traces, owned by one record per generation.
 
-- `policy`: when tracing is on (off unless asked, or unless an MLflow experiment was chosen);
+- `timings`: `RequestTimings`, one request's clock readings (the numbers behind /metrics, the
+  `timings` objects, traces and the CLI's summary line);
 - `trace`: `RequestTrace`, one explicitly ended MLflow span per generation;
-- `stream`: `ObservedStream`, an in-process stream timed and traced as its consumer reads it.
-
-The numbers are `llmflow.timing.RequestTimings`, the same ones behind the server's metrics.
+- `observed`: `ObservedGeneration`, the record that owns both and ends them once, and
+  `ObservedStream`, an in-process stream observed as its consumer reads it;
+- `policy`: when tracing is on (off unless asked, or unless an MLflow experiment was chosen).
 """
 
+from llmflow.observability.observed import ObservedGeneration, ObservedStream
 from llmflow.observability.policy import tracing_wanted
-from llmflow.observability.stream import ObservedStream
-from llmflow.observability.trace import RequestTrace, watch_chunks, watch_model_stream
+from llmflow.observability.timings import RequestTimings
+from llmflow.observability.trace import RequestTrace, traced
 
-__all__ = ["ObservedStream", "RequestTrace", "tracing_wanted", "watch_chunks", "watch_model_stream"]
+__all__ = [
+    "ObservedGeneration",
+    "ObservedStream",
+    "RequestTimings",
+    "RequestTrace",
+    "traced",
+    "tracing_wanted",
+]

@@ -2,9 +2,9 @@
 
 MLflow's own generator tracing never ends the span when a consumer stops a stream early, and the
 trace is lost (mlflow issue 25790); it also stores every chunk as a span event. Here the span is
-started with `mlflow.start_span_no_context` and ended by whoever sees the generation end: the
-final chunk, a failure, an early close (see `ObservedStream`), or the server when a request is
-over. Per chunk, only the text is appended to a list; it is joined once, at the end.
+started with `mlflow.start_span_no_context` and ended by the generation's record
+(`observed.ObservedGeneration`) when it ends, with its timings, usage and outcome. Per chunk, only
+the text is appended to a list; it is joined once, at the end.
 
 The span holds:
 - inputs: the prompt or messages, and the params;
@@ -26,8 +26,8 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from llmflow.observability.policy import trace_experiment_id
-from llmflow.timing import RequestTimings
-from llmflow.types import Chunk, Usage
+from llmflow.observability.timings import RequestTimings
+from llmflow.types import Usage
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +49,6 @@ class RequestTrace:
         "attributes",
         "span_type",
         "parts",
-        "finish_reason",
-        "usage",
         "failed",
         "_result",
         "_span",
@@ -71,8 +69,6 @@ class RequestTrace:
         self.span_type = span_type
         #: the answer's text chunks, appended as they pass
         self.parts: list[str] = []
-        self.finish_reason: str | None = None
-        self.usage: Usage | None = None
         #: set when the generation failed without an exception to show (e.g. an error answer)
         self.failed = False
         self._result: Any = _UNSET
@@ -105,35 +101,6 @@ class RequestTrace:
             logger.warning("could not start an MLflow trace for %s", self.name, exc_info=True)
         return self
 
-    def record(self, chunk: Chunk) -> None:
-        """One chunk of an llmflow stream."""
-        if chunk.text:
-            self.parts.append(chunk.text)
-        else:
-            self.finish_reason = chunk.finish_reason.value if chunk.finish_reason is not None else None
-            self.usage = chunk.usage
-
-    def record_any(self, chunk: Any) -> None:
-        """One chunk of any pyfunc model's `predict_stream`: llmflow's `{"content", ...}` dicts
-        (and other models' dicts shaped like them) or plain strings; others are not kept."""
-        if isinstance(chunk, str):
-            if chunk:
-                self.parts.append(chunk)
-            return
-        if not isinstance(chunk, dict):
-            return
-        content = chunk.get("content")
-        if isinstance(content, str) and content:
-            self.parts.append(content)
-        reason = chunk.get("finish_reason")
-        if isinstance(reason, str):
-            self.finish_reason = reason
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if isinstance(prompt, int) and isinstance(completion, int):
-                self.usage = Usage(prompt, completion)
-
     def set_result(self, result: Any, *, failed: bool = False) -> None:
         """Outputs that are not a text stream (a batch `predict`, a scoring answer)."""
         self._result = result
@@ -148,11 +115,10 @@ class RequestTrace:
         if span is None:
             return
         try:
-            usage = self.usage or _usage_from(timings)
-            outcome = None if timings is None else timings.outcome
-            # a stream that never sent its final chunk (stopped, failed): how the request ended
-            reason = self.finish_reason or outcome
-            failed = self.failed or error is not None or outcome in FAILED_OUTCOMES
+            usage = _usage_from(timings)
+            # the finish reason, or how a request ended that never sent its final chunk
+            reason = None if timings is None else timings.outcome
+            failed = self.failed or error is not None or reason in FAILED_OUTCOMES
             if isinstance(error, Exception):
                 span.record_exception(error)
             span.end(
@@ -191,37 +157,18 @@ class RequestTrace:
         return attributes
 
 
-def watch_chunks(trace: RequestTrace, chunks: Iterator[Chunk], started: float) -> Iterator[Chunk]:
-    """`chunks`, recorded into `trace` as they pass. The span begins (back-dated to `started`)
-    in the thread that runs this, the server's worker: nothing of MLflow's runs on the loop but
-    the end."""
-    trace.begin(started)
-    record = trace.record
-    try:
-        for chunk in chunks:
-            record(chunk)
-            yield chunk
-    finally:
-        close_iterator(chunks)
-
-
-def watch_model_stream(
-    trace: RequestTrace, make_iterator: Callable[[], Iterator[Any]], started: float
-) -> Iterator[Any]:
-    """A pyfunc model's stream (or its one `predict` answer), recorded into `trace`, run with the
-    span active so that a model which traces itself (an llmflow model) nests its span under it:
-    one trace per request. The generator is created, iterated and closed in one worker thread,
-    so the span is active only there, and only while it runs."""
+def traced(trace: RequestTrace, make_iterator: Callable[[], Iterator[Any]], started: float) -> Iterator[Any]:
+    """`make_iterator()`'s items, made and iterated with `trace`'s span begun (back-dated to
+    `started`) and active, so that a model which traces itself (an llmflow pyfunc model) nests its
+    span under it: one trace per request. Run in the server's worker thread, which creates,
+    iterates and closes the iterator: nothing of MLflow's runs on the event loop but the end."""
     trace.begin(started)
     with _active(trace.span):
-        chunks = make_iterator()
-        record = trace.record_any
+        items = make_iterator()
         try:
-            for chunk in chunks:
-                record(chunk)
-                yield chunk
+            yield from items
         finally:
-            close_iterator(chunks)
+            close_iterator(items)
 
 
 def _active(span: Any) -> AbstractContextManager[Any]:

@@ -15,7 +15,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from llmflow import __version__
 from llmflow.server import health, invocations, openai, playground
-from llmflow.server.errors import EXCEPTION_HANDLERS
+from llmflow.server.error_answers import EXCEPTION_HANDLERS
 from llmflow.server.middleware import ApiKeyMiddleware, BodyLimitMiddleware, ResponseCounterMiddleware
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
@@ -69,7 +69,9 @@ def _as_served(served: Any, settings: ServerSettings) -> ServedModel:
 def _add_middleware(app: FastAPI, state: ServerState) -> None:
     """Added innermost first: body limit, API key, CORS, response counter (outermost)."""
     settings = state.settings
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, limit=settings.max_body_bytes, read_timeout_s=settings.read_timeout_s
+    )
     if settings.api_key is not None:
         app.add_middleware(
             ApiKeyMiddleware,

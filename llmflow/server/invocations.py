@@ -5,9 +5,13 @@ streaming: with `"stream": true` the answer is `text/event-stream`, one `data: <
 Errors from the model keep MLflow's shape (`{"error_code", "message"}`) and status, as MLflow
 clients expect; the server's own refusals (key, limits, queue) use the OpenAI shape everywhere.
 
-With tracing on, each request is an MLflow trace (span `llmflow.invocations`); a model that traces
-itself (an llmflow model) nests its span in it. When an llmflow model was asked for `timings`, the
-final chunk's `timings` are the server's (queue included), the same numbers as /metrics.
+An llmflow model's stream joins the server's own pipeline: its input is parsed and checked as
+MLflow's `predict_stream` would (`mlflow_scoring.stream_input`) and by the model's own checks into
+a prepared request, streamed like an OpenAI route's and written as the model's chunk dicts. Only
+a third-party model's stream runs through its pyfunc `predict_stream`.
+
+With tracing on, each request is one MLflow trace (span `llmflow.invocations`); a third-party model
+that traces itself nests its spans in it.
 """
 
 from __future__ import annotations
@@ -15,28 +19,34 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from mlflow.exceptions import MlflowException
 from starlette.types import Receive
 
 from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
-from llmflow.observability import RequestTrace, tracing_wanted, watch_model_stream
+from llmflow.observability import RequestTimings
 from llmflow.server import mlflow_scoring
-from llmflow.server.errors import error_body, error_response, llmflow_error_body
-from llmflow.server.generation import Generation, Summary, start_generation, stop_on_disconnect
+from llmflow.server.error_answers import error_response
+from llmflow.server.event_stream import EventStream
+from llmflow.server.mlflow_format import ChunkDictFormat, LlmflowChunkFormat
+from llmflow.server.pipeline import NOTHING_READ, observe, stream_events
+from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
-from llmflow.server.sse import DONE, StreamResponse, event
 from llmflow.server.state import ServerState, get_state
-from llmflow.server.timings import RequestTimings
-from llmflow.types import CancelToken, Usage, current_cancel
+from llmflow.types import CancelToken, current_cancel
+
+if TYPE_CHECKING:
+    from llmflow.llm import PreparedRequest
+    from llmflow.mlflow.model import LlmflowPyfuncModel
 
 logger = logging.getLogger(__name__)
 
 router = APIRouter(tags=["MLflow"])
+
+INVOCATIONS_SPAN = "llmflow.invocations"
 
 _INLINE_JSON_BYTES = 64 * 1024  # larger bodies are parsed in a thread
 
@@ -95,6 +105,8 @@ async def invocations(request: Request) -> Response:
         if not state.served.streams_invocations:
             raise UnsupportedEndpoint(f"{state.served.name!r} does not implement predict_stream")
         assert payload is not None
+        if state.served.llmflow_model is not None:
+            return await _stream_llmflow(state, state.served.llmflow_model, payload, timings, request.receive)
         return await _stream(state, model, payload, timings, request.receive)
     data = body if payload is None else payload
     return await _predict(state, model, data, content_type, timings, request.receive)
@@ -128,7 +140,9 @@ async def _predict(
 ) -> Response:
     """MLflow's `predict` in a worker. A client that disconnects meanwhile cancels it: an llmflow
     model's generations stop within a token (through `current_cancel`), and its place is freed."""
-    trace = _request_trace(state, data if isinstance(data, dict) else {"content_type": content_type})
+    inputs = data if isinstance(data, dict) else {"content_type": content_type}
+    observed = observe(state, timings, INVOCATIONS_SPAN, lambda: inputs)
+    trace = observed.trace
     cancel = CancelToken()
 
     def score() -> Iterator[Any]:
@@ -141,83 +155,67 @@ async def _predict(
             trace.set_result(_parsed(answer.body), failed=answer.status >= 400)
         return iter((answer,))
 
-    generation = await start_generation(
-        state, _traced(trace, score, timings), timings, _no_summary, cancel, trace=trace, receive=receive
-    )
+    generation = await start_generation(state, score, observed, cancel=cancel, receive=receive)
     try:
         with stop_on_disconnect(generation, receive):
             answer = await generation.stream.__anext__()
+            # the client has gone: nobody reads this answer
+            observed.decide("cancelled" if cancel.cancelled else "stop" if answer.status == 200 else "error")
     except Exception as exc:
-        timings.outcome = timings.outcome or "error"
+        observed.decide("error")
         return _error_answer(exc)
     finally:
         generation.close()
-    if cancel.cancelled:  # the client has gone: nobody reads this answer
-        timings.outcome = "cancelled"
-    else:
-        timings.outcome = "stop" if answer.status == 200 else "error"
     return Response(answer.body, status_code=answer.status, media_type=answer.media_type)
 
 
 async def _stream(
     state: ServerState, model: Any, payload: dict[str, Any], timings: RequestTimings, receive: Receive
 ) -> Response:
-    trace = _request_trace(state, {**payload, "stream": True})
-    make_iterator = _traced(trace, lambda: mlflow_scoring.predict_stream(model, payload), timings)
+    observed = observe(state, timings, INVOCATIONS_SPAN, lambda: {**payload, "stream": True})
     generation = await start_generation(
-        state, make_iterator, timings, _summarize_chunk, trace=trace, receive=receive
+        state, lambda: mlflow_scoring.predict_stream(model, payload), observed, receive=receive
     )
     try:
         first = await generation.stream.__anext__()  # the model checks its input here
     except StopAsyncIteration:
-        first = None
+        first = NOTHING_READ
     except Exception as exc:
-        timings.outcome = timings.outcome or "error"
+        observed.decide("error")
         generation.close()
         return _error_answer(exc)
-    return StreamResponse(_events(generation, first), on_close=generation.close)
+    events = stream_events(generation, ChunkDictFormat(), first)
+    return EventStream(events, on_close=generation.close)
 
 
-async def _events(generation: Generation[Any], first: Any) -> AsyncIterator[bytes]:
-    timings = generation.timings
+async def _stream_llmflow(
+    state: ServerState,
+    python_model: LlmflowPyfuncModel,
+    payload: dict[str, Any],
+    timings: RequestTimings,
+    receive: Receive,
+) -> Response:
+    """Bad input is a 400 in MLflow's shape before the stream starts, as from the pyfunc model."""
+    model = state.served.pyfunc
+
+    def prepare() -> tuple[Any, Any, PreparedRequest]:
+        data, params = mlflow_scoring.stream_input(model, payload)
+        return python_model.prepare_stream(data, params)
+
     try:
-        if first is not None:
-            yield event(mlflow_scoring.chunk_json(_note_chunk(timings, first)))
-            async for chunk in generation.stream:
-                yield event(mlflow_scoring.chunk_json(_note_chunk(timings, chunk)))
+        _, options, prepared = await asyncio.to_thread(prepare)
     except Exception as exc:
-        timings.outcome = timings.outcome or "error"
-        yield event(json.dumps(_stream_error_body(exc), ensure_ascii=False))
-    finally:
-        generation.close()
-    yield DONE
-
-
-def _note_chunk(timings: RequestTimings, chunk: Any) -> Any:
-    """Time a chunk as it goes out; llmflow's final chunk (no text) ends the request, and the
-    `timings` it carries when asked for are replaced by the server's."""
-    if not (isinstance(chunk, dict) and chunk.get("finish_reason")):
-        timings.token()
-        return chunk
-    reason, prompt, completion = _summarize_chunk(chunk)
-    usage = None if prompt is None or completion is None else Usage(prompt, completion)
-    timings.finish(reason or "stop", usage)
-    return {**chunk, "timings": timings.to_dict()} if "timings" in chunk else chunk
-
-
-def _request_trace(state: ServerState, inputs: dict[str, Any]) -> RequestTrace | None:
-    if not tracing_wanted(state.settings.tracing):
-        return None
-    attributes = {"llmflow.engine": state.served.engine_name, "llmflow.model": state.served.name}
-    return RequestTrace("llmflow.invocations", inputs, attributes=attributes)
-
-
-def _traced(
-    trace: RequestTrace | None, make_iterator: Callable[[], Iterator[Any]], timings: RequestTimings
-) -> Callable[[], Iterator[Any]]:
-    if trace is None:
-        return make_iterator
-    return lambda: watch_model_stream(trace, make_iterator, timings.arrived)
+        return _error_answer(exc)
+    llm = python_model.llm
+    assert llm is not None
+    inputs = {**payload, "stream": True}
+    observed = observe(state, timings, INVOCATIONS_SPAN, lambda: inputs, options.trace, python_model.tracing)
+    cancel = CancelToken()
+    fmt = LlmflowChunkFormat(with_timings=options.timings)
+    generation = await start_generation(
+        state, lambda: llm.stream_prepared(prepared, cancel), observed, fmt.final_of, cancel, receive=receive
+    )
+    return EventStream(stream_events(generation, fmt), on_close=generation.close)
 
 
 def _parsed(body: str) -> Any:
@@ -225,27 +223,6 @@ def _parsed(body: str) -> Any:
         return json.loads(body)
     except ValueError:
         return body
-
-
-def _summarize_chunk(last: Any) -> Summary:
-    """llmflow models end their stream with `{"finish_reason", "usage"}`; other models may not."""
-    if not isinstance(last, dict):
-        return None, None, None
-    usage = last.get("usage")
-    reason = last.get("finish_reason")
-    reason = reason if isinstance(reason, str) else None
-    if not isinstance(usage, dict):
-        return reason, None, None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    return (
-        reason,
-        prompt if isinstance(prompt, int) else None,
-        completion if isinstance(completion, int) else None,
-    )
-
-
-def _no_summary(last: Any) -> Summary:
-    return None, None, None
 
 
 def _error_answer(exc: Exception) -> Response:
@@ -257,16 +234,4 @@ def _error_answer(exc: Exception) -> Response:
         mlflow_scoring.error_body(error),
         status_code=error.get_http_status_code(),
         media_type="application/json",
-    )
-
-
-def _stream_error_body(exc: Exception) -> dict[str, Any]:
-    """After streaming began: an error event in OpenAI's shape."""
-    if isinstance(exc, LlmflowError):
-        return llmflow_error_body(exc)
-    if isinstance(exc, MlflowException):
-        return error_body(exc.message, "invalid_request_error", str(exc.error_code))
-    logger.error("the model failed while streaming", exc_info=exc)
-    return error_body(
-        f"the model failed while streaming: {type(exc).__name__}: {exc}", "server_error", "model_error"
     )

@@ -17,7 +17,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from llmflow.server.timings import RequestTimings
+from llmflow.observability.timings import RequestTimings
 
 _LATENCY_BUCKETS = (
     0.001,
@@ -85,6 +85,17 @@ class ServerMetrics:
         self.finished = Counter(
             "llmflow_requests_finished", "Generations ended, by how they ended", ["outcome"], registry=r
         )
+        self.connections_refused = Counter(
+            "llmflow_connections_refused",
+            "Connections closed before a request was read: over the connection limit, or no request "
+            "head within the read timeout",
+            ["reason"],
+            registry=r,
+        )
+        self._open_connections: Callable[[], int] = lambda: 0
+        Gauge("llmflow_open_connections", "HTTP connections open now", registry=r).set_function(
+            lambda: self._open_connections()
+        )
         Gauge("llmflow_num_requests_running", "Requests admitted and not over yet", registry=r).set_function(
             running
         )
@@ -106,6 +117,10 @@ class ServerMetrics:
             "llmflow_engine_generated_tokens", "Tokens the engine has generated since it loaded", registry=r
         ).set_function(lambda: stats().tokens_generated_total)
 
+    def watch_connections(self, open_connections: Callable[[], int]) -> None:
+        """Read the open-connection gauge from the server that runs the app."""
+        self._open_connections = open_connections
+
     def observe(self, timings: RequestTimings) -> None:
         """Record one finished generation."""
         if timings.queue_s is not None:
@@ -124,6 +139,9 @@ class ServerMetrics:
 
     def count_response(self, endpoint: str, status: int) -> None:
         self.requests.labels(endpoint, str(status)).inc()
+
+    def count_refused_connection(self, reason: str) -> None:
+        self.connections_refused.labels(reason).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

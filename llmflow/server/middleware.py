@@ -1,15 +1,19 @@
 """Plain ASGI middleware (no BaseHTTPMiddleware: it would buffer streams and break disconnects):
-API-key check, request body limit, and counting responses by status."""
+API-key check, request body limit and read timeout, and counting requests by status."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import logging
 from collections.abc import Callable, Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llmflow.errors import LlmflowError, RequestTooLarge, Unauthorized
-from llmflow.server.errors import error_response
+from llmflow.errors import LlmflowError, RequestReadTimeout, RequestTooLarge, Unauthorized
+from llmflow.server.error_answers import error_response
+
+logger = logging.getLogger(__name__)
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
@@ -44,12 +48,14 @@ class ApiKeyMiddleware:
 
 
 class BodyLimitMiddleware:
-    """Reads a request body up to `limit` bytes (413 beyond), then hands it to the app in one piece.
-    Later `receive` calls go to the client again, so disconnects are still seen."""
+    """Reads a request body up to `limit` bytes (413 beyond) within `read_timeout_s` (408 after),
+    then hands it to the app in one piece. Later `receive` calls go to the client again, so
+    disconnects are still seen."""
 
-    def __init__(self, app: ASGIApp, limit: int):
+    def __init__(self, app: ASGIApp, limit: int, read_timeout_s: float):
         self.app = app
         self.limit = limit
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
@@ -58,21 +64,30 @@ class BodyLimitMiddleware:
         if self._declared_length(scope) > self.limit:
             await _answer(RequestTooLarge(self.limit), scope, receive, send)
             return
+        try:
+            body = await asyncio.wait_for(self._read(receive), self.read_timeout_s)
+        except (RequestTooLarge, TimeoutError, asyncio.TimeoutError) as exc:
+            error = exc if isinstance(exc, RequestTooLarge) else RequestReadTimeout(self.read_timeout_s)
+            await _answer(error, scope, receive, send)
+            return
+        if body is None:  # the client left while sending it
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
         parts: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                return
+                return None
             body = message.get("body", b"")
             size += len(body)
             if size > self.limit:
-                await _answer(RequestTooLarge(self.limit), scope, receive, send)
-                return
+                raise RequestTooLarge(self.limit)
             parts.append(body)
             if not message.get("more_body", False):
-                break
-        await self.app(scope, _replay(b"".join(parts), receive), send)
+                return b"".join(parts)
 
     @staticmethod
     def _declared_length(scope: Scope) -> int:
@@ -96,8 +111,17 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+#: nginx's status for "the client closed the connection before the answer was complete"
+CLIENT_CLOSED = 499
+
+
 class ResponseCounterMiddleware:
-    """Counts every HTTP response by endpoint (known paths only, to bound the label set) and status."""
+    """Counts every HTTP request by endpoint (known paths only, to bound the label set) and status,
+    once, when its answer is complete.
+
+    A client that leaves before its answer is complete (while sending the body, while queued, in
+    the middle of a stream) counts as 499, never as a server error; an app that raises, or ends
+    without answering, counts as 500 (the error handler logs it)."""
 
     def __init__(
         self, app: ASGIApp, count: Callable[[str, int], None], known_paths: Callable[[], Collection[str]]
@@ -111,18 +135,53 @@ class ResponseCounterMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        endpoint = path if path in self._known_paths() else "other"
-        started = False
+        exchange = _Exchange(scope, path if path in self._known_paths() else "other", self._count)
+
+        async def watch_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                exchange.client_left = True
+            return message
 
         async def count_and_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start" and not started:
-                started = True  # counted before the client can see the answer
-                self._count(endpoint, message["status"])
-            await send(message)
+            kind = message["type"]
+            if kind == "http.response.start":
+                exchange.status = message["status"]
+            elif kind == "http.response.body" and not message.get("more_body", False):
+                exchange.record(exchange.status or 500)  # the last part: counted before the client sees it
+            try:
+                await send(message)
+            except OSError:  # the connection is gone
+                exchange.client_left = True
+                raise
 
         try:
-            await self.app(scope, receive, count_and_send)
+            await self.app(scope, watch_receive, count_and_send)
         finally:
-            if not started:  # failed before answering: the server error handler's 500
-                self._count(endpoint, 500)
+            exchange.record(500)  # no complete answer: a server failure, unless the client left
+
+
+class _Exchange:
+    """One request's answer, as far as the client got it; counted once."""
+
+    __slots__ = ("client_left", "counted", "endpoint", "scope", "status", "_count")
+
+    def __init__(self, scope: Scope, endpoint: str, count: Callable[[str, int], None]):
+        self.scope = scope
+        self.endpoint = endpoint
+        self.status: int | None = None
+        self.client_left = False
+        self.counted = False
+        self._count = count
+
+    def record(self, status: int) -> None:
+        """Count the answer (the first call wins) as `status`, or as 499 when the client left first."""
+        if self.counted:
+            return
+        self.counted = True
+        if self.client_left:
+            status = CLIENT_CLOSED
+            logger.info(
+                "%s %s: the client closed the connection first", self.scope["method"], self.scope["path"]
+            )
+        self._count(self.endpoint, status)

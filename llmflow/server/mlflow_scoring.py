@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlflow.exceptions import MlflowException
+from mlflow.models.utils import _convert_llm_input_data
 from mlflow.protos.databricks_pb2 import BAD_REQUEST
-from mlflow.pyfunc import scoring_server
+from mlflow.pyfunc import _validate_prediction_input, scoring_server
 from mlflow.pyfunc.utils.serving_data_parser import is_unified_llm_input
 from mlflow.utils.proto_json_utils import NumpyEncoder
 
@@ -44,12 +45,36 @@ def predict_stream(model: Any, payload: dict[str, Any]) -> Iterator[Any]:
     """`model.predict_stream` on a JSON body parsed as MLflow parses it for `predict`.
 
     The model (and MLflow's schema checks) run at the iterator's first `next()`."""
+    data, params = _parsed_single(model, payload)
+    return model.predict_stream(data, params=params)
+
+
+def stream_input(model: Any, payload: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
+    """A JSON body as `model.predict_stream` hands it to the Python model: parsed as for
+    `predict`, checked against the model's signature and turned into one LLM input, as
+    `PyFuncModel.predict_stream` does; so that the server can stream an llmflow model itself."""
+    data, params = _parsed_single(model, payload)
+    metadata = model.metadata
+    data, params = _validate_prediction_input(
+        data, params, metadata.get_input_schema(), metadata.get_params_schema(), model.loader_module
+    )
+    data = _convert_llm_input_data(data)
+    if isinstance(data, list):  # schema enforcement may wrap the one input in a list
+        if len(data) != 1:
+            raise MlflowException(
+                f"a stream answers exactly one input; got {len(data)}", error_code=BAD_REQUEST
+            )
+        data = data[0]
+    return data, params
+
+
+def _parsed_single(model: Any, payload: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     input_schema = model.metadata.get_input_schema()
     parsed = scoring_server._parse_json_data(payload, model.metadata, input_schema)
     rows = _row_count(parsed.data)
     if rows is not None and rows != 1:  # MLflow refuses this too, but as an internal error (500)
         raise MlflowException(f"a stream answers exactly one input row; got {rows}", error_code=BAD_REQUEST)
-    return model.predict_stream(parsed.data, params=parsed.params)
+    return parsed.data, parsed.params
 
 
 def _row_count(data: Any) -> int | None:

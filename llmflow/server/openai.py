@@ -1,7 +1,7 @@
 """OpenAI-compatible routes: chat and text completions (streaming or not) and the model list.
 
 Input is validated and tokenized before the response starts, so bad input is a 4xx JSON answer,
-never a broken stream. Generation runs in a worker thread (see `generation`).
+never a broken stream. Generation runs in a worker thread (see `running`).
 
 llmflow extensions: `"timings": true` in a request adds a `timings` object (the numbers behind
 /metrics) to the answer, or to the last chunk of a stream; with tracing on, each generation is
@@ -11,30 +11,27 @@ an MLflow trace whose span holds the request, the whole answer, usage and timing
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.types import Receive
 
 from llmflow.errors import (
     FieldProblem,
     InvalidParams,
     InvalidRequest,
-    LlmflowError,
     ModelNotFound,
     UnsupportedEndpoint,
 )
 from llmflow.llm import LLM, PreparedRequest
-from llmflow.observability import RequestTrace, tracing_wanted, watch_chunks
+from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.server import openai_format
-from llmflow.server.errors import sse_error_event
-from llmflow.server.generation import Generation, Summary, start_generation, stop_on_disconnect
+from llmflow.server.event_stream import EventStream
 from llmflow.server.openai_format import StreamFormat
+from llmflow.server.pipeline import collect, observe, stream_events
+from llmflow.server.running import start_generation
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
     ChatCompletion,
@@ -45,12 +42,8 @@ from llmflow.server.schemas import (
     TextCompletion,
     error_responses,
 )
-from llmflow.server.sse import DONE, StreamResponse
 from llmflow.server.state import ServerState, get_state
-from llmflow.server.timings import RequestTimings
-from llmflow.types import CancelToken, Chunk, Completion
-
-logger = logging.getLogger(__name__)
+from llmflow.types import CancelToken
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
@@ -183,13 +176,6 @@ async def _prepare(llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool) 
 
 
 # -- answering ----------------------------------------------------------------------------------
-def _summarize(last: Chunk | None) -> Summary:
-    if last is None or last.usage is None:
-        return None, None, None
-    reason = last.finish_reason.value if last.finish_reason is not None else None
-    return reason, last.usage.prompt_tokens, last.usage.completion_tokens
-
-
 async def _answer(
     state: ServerState,
     request: Request,
@@ -201,97 +187,23 @@ async def _answer(
     chat: bool,
 ) -> Response:
     cancel = CancelToken()
-    trace = _request_trace(state, llm, body, chat=chat)
-
-    def make_iterator() -> Iterator[Chunk]:
-        chunks = llm.stream_prepared(prepared, cancel)
-        return chunks if trace is None else watch_chunks(trace, chunks, timings.arrived)
-
+    name, span_type = (
+        ("llmflow.chat_completions", SPAN_TYPE_CHAT) if chat else ("llmflow.completions", SPAN_TYPE_LLM)
+    )
+    observed = observe(state, timings, name, lambda: body.model_dump(exclude_unset=True), span_type=span_type)
     generation = await start_generation(
-        state, make_iterator, timings, _summarize, cancel, trace, receive=request.receive
+        state,
+        lambda: llm.stream_prepared(prepared, cancel),
+        observed,
+        StreamFormat.final_of,
+        cancel,
+        receive=request.receive,
+    )
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    fmt = StreamFormat(
+        chat=chat, model=state.served.name, include_usage=include_usage, with_timings=bool(body.timings)
     )
     if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        fmt = StreamFormat(chat=chat, model=state.served.name, include_usage=include_usage)
-        return StreamResponse(_events(generation, fmt, body.timings), on_close=generation.close)
-    completion = await _collect(generation, request.receive)
-    build = openai_format.chat_completion if chat else openai_format.text_completion
-    answer = build(state.served.name, completion.text, completion.finish_reason, completion.usage)
-    if body.timings:
-        answer["timings"] = timings.to_dict()
-    return JSONResponse(answer)
-
-
-def _request_trace(
-    state: ServerState, llm: LLM, body: ChatCompletionRequest | CompletionRequest, *, chat: bool
-) -> RequestTrace | None:
-    """The MLflow trace of this request when the server traces; its inputs are the request."""
-    if not tracing_wanted(state.settings.tracing):
-        return None
-    return RequestTrace(
-        "llmflow.chat_completions" if chat else "llmflow.completions",
-        body.model_dump(exclude_unset=True),
-        attributes={"llmflow.engine": llm.engine.name, "llmflow.model": state.served.name},
-        span_type=SPAN_TYPE_CHAT if chat else SPAN_TYPE_LLM,
-    )
-
-
-async def _events(
-    generation: Generation[Chunk], fmt: StreamFormat, with_timings: bool = False
-) -> AsyncIterator[bytes]:
-    """role chunk (chat), text deltas, finish chunk, usage chunk (when asked), [DONE]. With
-    timings, the last chunk before [DONE] carries them."""
-    timings = generation.timings
-    try:
-        if fmt.chat:
-            yield fmt.role()
-        async for chunk in generation.stream:
-            if chunk.text:
-                timings.token()
-                yield fmt.text(chunk.text)
-                continue
-            _finish(timings, chunk)
-            extra = {"timings": timings.to_dict()} if with_timings else None
-            yield fmt.finish(chunk.finish_reason, None if fmt.include_usage else extra)
-            if fmt.include_usage and chunk.usage is not None:
-                yield fmt.usage(chunk.usage, extra)
-            break
-    except Exception as exc:
-        _log_stream_error(exc)
-        timings.outcome = timings.outcome or "error"
-        yield sse_error_event(exc)
-    finally:
-        generation.close()
-    yield DONE
-
-
-async def _collect(generation: Generation[Chunk], receive: Receive) -> Completion:
-    """The whole answer; a client that disconnects meanwhile stops the generation."""
-    parts: list[str] = []
-    try:
-        with stop_on_disconnect(generation, receive):
-            async for chunk in generation.stream:
-                if chunk.text:
-                    generation.timings.token()
-                    parts.append(chunk.text)
-                elif chunk.finish_reason is not None and chunk.usage is not None:
-                    _finish(generation.timings, chunk)
-                    return Completion("".join(parts), chunk.finish_reason, chunk.usage)
-        raise RuntimeError("the generation ended without a final chunk")
-    except BaseException:
-        generation.timings.outcome = generation.timings.outcome or "error"
-        raise
-    finally:
-        generation.close()
-
-
-def _finish(timings: RequestTimings, final: Chunk) -> None:
-    """The final chunk reached the client: the end of the request for its timings and metrics."""
-    timings.finish(final.finish_reason.value if final.finish_reason else "stop", final.usage)
-
-
-def _log_stream_error(exc: Exception) -> None:
-    if isinstance(exc, LlmflowError):
-        logger.info("stream ended with an error: %s", exc)
-    else:
-        logger.error("stream failed", exc_info=exc)
+        return EventStream(stream_events(generation, fmt), on_close=generation.close)
+    completion = await collect(generation, request.receive)
+    return JSONResponse(fmt.answer(completion, timings))

@@ -1,4 +1,5 @@
-"""OpenAI response bodies. Stream chunks are built from pre-encoded prefix and suffix bytes, so a
+"""OpenAI's wire formats: chat and text completions, streamed (`StreamFormat`, a `WireFormat` of
+llmflow chunks) or whole. Stream chunks are built from pre-encoded prefix and suffix bytes, so a
 token costs one `json.dumps` of its text."""
 
 from __future__ import annotations
@@ -8,7 +9,10 @@ import time
 import uuid
 from typing import Any
 
-from llmflow.types import FinishReason, Usage
+from llmflow.observability import RequestTimings
+from llmflow.server.error_answers import sse_error_event
+from llmflow.server.pipeline import ChunkFormat
+from llmflow.types import Chunk, Completion, FinishReason, Usage
 
 
 def _dumps(value: Any) -> str:
@@ -23,13 +27,16 @@ def finish_reason_value(reason: FinishReason | None) -> str | None:
     return None if reason is None else reason.value
 
 
-class StreamFormat:
+class StreamFormat(ChunkFormat):
     """The chunks of one streamed answer, chat (`chat.completion.chunk`, text in `delta.content`)
-    or text completion (`text_completion`, text in `text`)."""
+    or text completion (`text_completion`, text in `text`): role chunk (chat), text deltas, finish
+    chunk, usage chunk (with `include_usage`). With `with_timings` (llmflow's extension) the last
+    chunk carries the request's `timings`."""
 
-    def __init__(self, *, chat: bool, model: str, include_usage: bool):
+    def __init__(self, *, chat: bool, model: str, include_usage: bool, with_timings: bool = False):
         self.chat = chat
         self.include_usage = include_usage
+        self.with_timings = with_timings
         self._head = {
             "id": new_id("chatcmpl" if chat else "cmpl"),
             "object": "chat.completion.chunk" if chat else "text_completion",
@@ -46,10 +53,45 @@ class StreamFormat:
         self._prefix = b"data: " + prefix.encode()
         self._suffix = suffix.encode() + b"\n\n"
 
-    def text(self, text: str) -> bytes:
-        """The per-token path."""
-        return self._prefix + json.dumps(text, ensure_ascii=False).encode() + self._suffix
+    # -- WireFormat[Chunk] ----------------------------------------------------------------------
+    def opening(self) -> bytes:
+        return self.role() if self.chat else b""
 
+    def item(self, chunk: Chunk) -> bytes:
+        """The per-token path."""
+        return self._prefix + json.dumps(chunk.text, ensure_ascii=False).encode() + self._suffix
+
+    def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
+        extra = {"timings": timings.to_dict()} if self.with_timings else None
+        if not self.include_usage or final.usage is None:
+            return self.finish(final.finish_reason, extra)
+        return self.finish(final.finish_reason) + self.usage(final.usage, extra)
+
+    @staticmethod
+    def error(error: Exception) -> bytes:
+        return sse_error_event(error)
+
+    def answer(self, completion: Completion, timings: RequestTimings) -> dict[str, Any]:
+        """The whole answer, not streamed: `chat.completion` (text in `message`) or `text_completion`."""
+        choice: dict[str, Any] = {"index": 0}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": completion.text}
+        else:
+            choice["text"] = completion.text
+        choice.update(logprobs=None, finish_reason=completion.finish_reason.value)
+        answer: dict[str, Any] = {
+            "id": new_id("chatcmpl" if self.chat else "cmpl"),
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": int(time.time()),
+            "model": self._head["model"],
+            "choices": [choice],
+            "usage": completion.usage.to_dict(),
+        }
+        if self.with_timings:
+            answer["timings"] = timings.to_dict()
+        return answer
+
+    # -- events ------------------------------------------------------------------------------------
     def role(self) -> bytes:
         return self._event(self._choice({"role": "assistant", "content": ""}, None))
 
@@ -74,37 +116,6 @@ class StreamFormat:
     @staticmethod
     def _event(body: dict[str, Any]) -> bytes:
         return b"data: " + _dumps(body).encode() + b"\n\n"
-
-
-def chat_completion(model: str, text: str, reason: FinishReason | None, usage: Usage) -> dict[str, Any]:
-    return {
-        "id": new_id("chatcmpl"),
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish_reason_value(reason),
-            }
-        ],
-        "usage": usage.to_dict(),
-    }
-
-
-def text_completion(model: str, text: str, reason: FinishReason | None, usage: Usage) -> dict[str, Any]:
-    return {
-        "id": new_id("cmpl"),
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason_value(reason)}
-        ],
-        "usage": usage.to_dict(),
-    }
 
 
 def model_list(name: str, created: int) -> dict[str, Any]:

@@ -24,6 +24,18 @@ class ServerSettings(BaseModel):
     max_queue: int = Field(16, ge=0, description="requests waiting for a place; beyond that, 429")
     request_timeout_s: float = Field(600.0, gt=0, description="time limit per request, queue included")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1, description="larger request bodies get 413")
+    read_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="the request head, and then its body, must each arrive within this time; else 408 "
+        "and the connection is closed",
+    )
+    max_connections: int = Field(
+        256, ge=1, description="open connections at most; one more is answered 503 and closed at once"
+    )
+    keep_alive_timeout_s: float = Field(
+        5.0, gt=0, description="an idle connection between two requests is closed after this time"
+    )
     model_name: str | None = Field(None, description="the name clients use in 'model'; default: from MODEL")
     cors_origins: tuple[str, ...] = Field((), description="origins allowed by CORS; none: CORS off")
     retry_after_s: int = Field(1, ge=0, description="the Retry-After sent with 429 and 503")

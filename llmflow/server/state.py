@@ -17,7 +17,7 @@ from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
 
 if TYPE_CHECKING:
-    from llmflow.server.generation import Generation
+    from llmflow.server.running import RunningGeneration
 
 logger = logging.getLogger(__name__)
 
@@ -38,18 +38,18 @@ class ServerState:
     public_paths: set[str] = field(default_factory=lambda: set(PUBLIC_PATHS))
     #: paths counted by name in the request metrics (others count as "other")
     known_paths: set[str] = field(default_factory=set)
-    active: set[Generation] = field(default_factory=set)
+    active: set[RunningGeneration] = field(default_factory=set)
     _executor: ThreadPoolExecutor | None = None
 
     @classmethod
     def build(cls, served: ServedModel, settings: ServerSettings) -> ServerState:
         max_running = settings.max_running or served.max_concurrency
         admission = Admission(max_running, settings.max_queue, settings.retry_after_s)
-        active: set[Generation] = set()  # until a generation is over on both sides (worker, response)
+        active: set[RunningGeneration] = set()  # until a generation is over on both sides (worker, response)
         metrics = ServerMetrics(running=lambda: len(active), waiting=lambda: admission.waiting)
-        engine_stats = getattr(served.llm.engine, "stats", None) if served.llm is not None else None
-        if callable(engine_stats):
-            metrics.watch_engine(engine_stats)
+        engine = served.llm.engine if served.llm is not None else None
+        if engine is not None and engine.stats() is not None:
+            metrics.watch_engine(engine.stats)
         return cls(served, settings, admission, metrics, active=active)
 
     @property

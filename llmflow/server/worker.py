@@ -1,6 +1,6 @@
 """A blocking iterator (a generation) run in a worker thread and read from the event loop.
 
-Generation never runs on the loop. Each item costs the loop one `call_soon_threadsafe`; the worker
+A generation never runs on the loop. Each item costs the loop one `call_soon_threadsafe`; the worker
 never waits for the loop, so a slow client never slows decoding down (items queue up instead,
 bounded by max_tokens).
 """

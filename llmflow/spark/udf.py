@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from llmflow.engines.llama_cpp import usable_cores
-from llmflow.mlflow.executor import THREADS_ENV
 from llmflow.mlflow.signature import RESULT, RESULT_STRUCT, RESULT_TEXT
 from llmflow.mlflow.struct_result import SPARK_RESULT_TYPE
+from llmflow.mlflow.worker_cache import THREADS_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession

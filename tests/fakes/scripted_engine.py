@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Sequence
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
+from llmflow.engines.base import Engine
 from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
@@ -20,17 +22,20 @@ TEMPLATE = (
 )
 
 
-class ScriptedEngine:
+class ScriptedEngine(Engine):
     """Answers ANSWER's bytes one token each at temperature 0, a seeded shuffle of them otherwise,
     then EOS. Records how many tokens it produced, for cancellation tests."""
 
     name: ClassVar[str] = "scripted"
-    concurrent: ClassVar[bool] = False
 
     def __init__(self, answer: str = ANSWER, n_ctx: int = 512):
         self._answer = answer.encode()
         self._n_ctx = n_ctx
         self.tokens_generated = 0
+
+    @classmethod
+    def load(cls, model_path: str | Path, **options: Any) -> ScriptedEngine:
+        return cls(**options)
 
     model_name = "scripted"
     max_concurrency = 1

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from llmflow.engines.llama_cpp import usable_cores
-from llmflow.mlflow.executor import LOAD_LOG_ENV
+from llmflow.mlflow.worker_cache import LOAD_LOG_ENV
 from llmflow.spark import FINISH_ERROR, RESULT_FIELDS, SPARK_RESULT_TYPE, answer_udf, threads_per_task
 from llmflow.spark.udf import local_slots
 from tests.mlflow.store import using

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from llmflow.engines.base import Engine
 from llmflow.engines.hf.options import Placement, TransformersOptions, resolve
 from llmflow.errors import EngineUnavailable, ModelNotFound
 from llmflow.params import SamplingParams
@@ -22,12 +23,11 @@ STATIC_CACHE_DEFAULT_CTX = 4096
 INSTALL_HINT = "pip install 'llmflow[transformers]'"
 
 
-class TransformersEngine:
+class TransformersEngine(Engine):
     """A causal LM and its tokenizer. One stream at a time on llmflow's own decode loop, or many
     at once through transformers' continuous batching (`continuous_batching=True`)."""
 
     name: ClassVar[str] = "transformers"
-    #: what a logged model needs installed to load this engine (pinned to the running versions)
     pip_packages: ClassVar[tuple[str, ...]] = ("torch", "transformers")
     concurrent: bool = False  # True on an instance that batches
 

@@ -5,20 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
+from llmflow.engines.base import EngineOptions
 from llmflow.errors import EngineUnavailable, InvalidParams
-from llmflow.params import problems_from_validation
 
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-class TransformersOptions(BaseModel):
+class TransformersOptions(EngineOptions):
     """What a user may set. "auto" means: CUDA when there is a GPU, else the CPU; bfloat16 on CUDA,
     float32 on the CPU (bf16 matmuls are slow or emulated on most CPUs); on CUDA the static-cache
     path compiled and replayed as a CUDA graph."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     device: str = Field("auto", description='"auto", "cpu", "cuda" or "cuda:N"')
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
@@ -74,13 +72,6 @@ class TransformersOptions(BaseModel):
         False, description="never sample EOS: every answer runs to max_tokens (benchmarks)"
     )
     trust_remote_code: bool = False
-
-    @classmethod
-    def parse(cls, options: dict[str, Any]) -> TransformersOptions:
-        try:
-            return cls.model_validate(options)
-        except ValidationError as exc:
-            raise InvalidParams(problems_from_validation(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ def task_threads(task: Any) -> int:
 
 
 def _with_task_threads(spec: ModelSpec, task: Any) -> ModelSpec:
-    option = getattr(engine_class(spec.engine), "thread_option", None)
+    option = engine_class(spec.engine).thread_option
     if option is None or option in spec.engine_options:
         return spec
     options = {**spec.engine_options, option: task_threads(task)}
@@ -94,7 +94,8 @@ def _load(spec: ModelSpec, weights: Path, *, spark_task: bool) -> LLM:
 
 
 def _record(event: str, spec: ModelSpec, seconds: float, *, spark_task: bool) -> None:
-    threads = spec.engine_options.get(getattr(engine_class(spec.engine), "thread_option", ""), None)
+    option = engine_class(spec.engine).thread_option
+    threads = None if option is None else spec.engine_options.get(option)
     _log.info("%s %s in pid %d (%.2f s, threads %s)", event, spec.model_name, os.getpid(), seconds, threads)
     path = os.environ.get(LOAD_LOG_ENV)
     if not path:

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from llmflow.llm import collect
 from llmflow.mlflow.config import params_to_config
-from llmflow.observability import ObservedStream, RequestTrace
+from llmflow.observability import ObservedGeneration, ObservedStream, RequestTimings, RequestTrace
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
-from llmflow.timing import RequestTimings
 from llmflow.types import CancelToken, Completion, Message
 
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ def observed_stream(
     """The generation of `request`, timed into `timings` and traced into `trace` (when given)."""
     timings.prompt_tokens = len(request.prompt_ids)
     cancel = CancelToken()
-    return ObservedStream(llm.stream_prepared(request, cancel), cancel, timings, trace)
+    return ObservedStream(llm.stream_prepared(request, cancel), cancel, ObservedGeneration(timings, trace))
 
 
 def start_trace(

@@ -27,8 +27,10 @@ from llmflow.errors import (
     ModelNotFound,
     QueueFull,
     QueueTimeout,
+    RequestReadTimeout,
     RequestTimeout,
     RequestTooLarge,
+    TooManyConnections,
     Unauthorized,
     UnsupportedEndpoint,
 )
@@ -43,10 +45,12 @@ ERROR_TABLE: dict[type[LlmflowError], tuple[int, str]] = {
     Unauthorized: (401, "authentication_error"),
     ModelNotFound: (404, "not_found_error"),
     UnsupportedEndpoint: (404, "not_found_error"),
+    RequestReadTimeout: (408, "invalid_request_error"),
     RequestTooLarge: (413, "invalid_request_error"),
     QueueFull: (429, "rate_limit_error"),
     ClientDisconnected: (499, "client_closed_request"),  # nobody reads it; counted in the metrics
     QueueTimeout: (503, "overloaded_error"),
+    TooManyConnections: (503, "overloaded_error"),
     EngineUnavailable: (503, "server_error"),
     RequestTimeout: (504, "timeout_error"),
     LlmflowError: (500, "server_error"),
@@ -81,8 +85,10 @@ def internal_error_body(error: BaseException) -> dict[str, Any]:
 def error_headers(error: LlmflowError) -> dict[str, str]:
     if isinstance(error, Unauthorized):
         return {"WWW-Authenticate": "Bearer"}
+    if isinstance(error, RequestReadTimeout):  # the rest of the body may still come: not on this connection
+        return {"Connection": "close"}
     retry_after = getattr(error, "retry_after_s", None)
-    if isinstance(error, (QueueFull, QueueTimeout)) and retry_after is not None:
+    if isinstance(error, (QueueFull, QueueTimeout, TooManyConnections)) and retry_after is not None:
         return {"Retry-After": str(retry_after)}
     return {}
 
@@ -134,7 +140,9 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
-    return JSONResponse(internal_error_body(exc), status_code=500)
+    # The exception goes on to the server, which closes the connection once this answer is out:
+    # say so, or a client reusing the connection gets a reset.
+    return JSONResponse(internal_error_body(exc), status_code=500, headers={"Connection": "close"})
 
 
 EXCEPTION_HANDLERS = {

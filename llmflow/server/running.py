@@ -1,47 +1,48 @@
-"""One admitted generation: a place in the admission queue, a worker thread, a deadline, and the
-request's timings, recorded in the metrics (and its MLflow trace ended) once both the worker and
-the response are done."""
+"""One admitted generation: a place in the admission queue, a worker thread and a deadline. Its
+record (`ObservedGeneration`: timings, usage, outcome, trace) is fed by the route as chunks go
+out, and ended and counted in the metrics once both the worker and the response are done."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 from starlette.types import Receive
 
 from llmflow.errors import ClientDisconnected, RequestTimeout
+from llmflow.observability import ObservedGeneration, traced
+from llmflow.server.event_stream import wait_for_disconnect
 from llmflow.server.state import ServerState
-from llmflow.server.timings import RequestTimings
 from llmflow.server.worker import ThreadedStream
-from llmflow.types import CancelToken
-
-if TYPE_CHECKING:
-    from llmflow.observability import RequestTrace
+from llmflow.types import CancelToken, Chunk
 
 T = TypeVar("T")
 
-#: from the last item of a stream: (finish reason or None, prompt tokens, completion tokens)
-Summary = tuple[str | None, int | None, int | None]
+#: the final chunk among a stream's items (llmflow's `Chunk`, a model's chunk dict), else None
+FinalOf = Callable[[Any], Chunk | None]
 
 
-class Generation(Generic[T]):
+def no_final(item: Any) -> Chunk | None:
+    return None
+
+
+class RunningGeneration(Generic[T]):
     """Owns its admission place until the worker finishes; `close()` is the response's side."""
 
     def __init__(
         self,
         state: ServerState,
         stream: ThreadedStream[T],
-        timings: RequestTimings,
-        summarize: Callable[[T | None], Summary],
-        trace: RequestTrace | None = None,
+        observed: ObservedGeneration,
+        final_of: FinalOf,
     ):
         self.state = state
         self.stream = stream
-        self.timings = timings
-        self.trace = trace
-        self._summarize = summarize
+        self.observed = observed
+        self._final_of = final_of
         self._open = 2  # the worker and the response
         self._closed = False
         self._deadline: asyncio.TimerHandle | None = None
@@ -55,20 +56,13 @@ class Generation(Generic[T]):
         )
 
     def _time_out(self, timeout_s: float) -> None:
-        self.timings.outcome = self.timings.outcome or "timeout"
+        self.observed.decide("timeout")
         self.stream.fail(RequestTimeout(timeout_s))
 
     def _worker_done(self, _: Any) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
         self.state.admission.release()
-        finish, prompt_tokens, completion_tokens = self._summarize(self.stream.last)
-        self.timings.prompt_tokens = prompt_tokens
-        self.timings.completion_tokens = completion_tokens
-        if self.stream.failure is not None:
-            self.timings.outcome = self.timings.outcome or "error"
-        elif finish is not None:
-            self.timings.outcome = self.timings.outcome or finish
         self._settle()
 
     def close(self) -> None:
@@ -83,38 +77,44 @@ class Generation(Generic[T]):
     def _settle(self) -> None:
         self._open -= 1
         if self._open == 0:
-            self.timings.finish("stop" if self.stream.exhausted else "cancelled")
-            self.state.metrics.observe(self.timings)
-            if self.trace is not None:  # begun by the worker; ended with the numbers of the metrics
-                self.trace.end(self.timings, self.stream.failure)
+            stream, observed = self.stream, self.observed
+            # a final chunk the client did not take (it left) still says how the generation ended
+            final = None if stream.last is None else self._final_of(stream.last)
+            if final is not None:
+                observed.final(final)
+            observed.end("stop" if stream.exhausted else "cancelled", stream.failure)
+            self.state.metrics.observe(observed.timings)
             self.state.active.discard(self)  # last: once the gauge drops, the metrics are in
 
 
 async def start_generation(
     state: ServerState,
     make_iterator: Callable[[], Iterator[T]],
-    timings: RequestTimings,
-    summarize: Callable[[T | None], Summary],
+    observed: ObservedGeneration,
+    final_of: FinalOf = no_final,
     cancel: CancelToken | None = None,
-    trace: RequestTrace | None = None,
     receive: Receive | None = None,
-) -> Generation[T]:
+) -> RunningGeneration[T]:
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
     then start `make_iterator()` in a worker thread; `cancel` is what stops it early, when the
-    source takes one. `trace`, begun by `make_iterator`'s stream, is ended when the generation
-    is over. With `receive`, a client that disconnects while waiting leaves the queue
-    (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
+    source takes one. `observed` is ended when the generation is over; its trace, when it has
+    one, is begun and active in the worker (`traced`); `final_of` finds the final chunk among the
+    items. With `receive`, a client that disconnects while waiting leaves the
+    queue (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
     generation."""
+    timings = observed.timings
     timeout_s = state.settings.request_timeout_s
     if not state.admission.try_acquire():
         await _wait_for_place(state, timeout_s - timings.elapsed_s(), receive)
     timings.admit()
+    if observed.trace is not None:
+        make_iterator = partial(traced, observed.trace, make_iterator, timings.arrived)
     try:
         stream = ThreadedStream(make_iterator, state.executor, cancel)
     except BaseException:
         state.admission.release()
         raise
-    generation = Generation(state, stream, timings, summarize, trace)
+    generation = RunningGeneration(state, stream, observed, final_of)
     generation.set_deadline(timeout_s - timings.elapsed_s())
     return generation
 
@@ -139,7 +139,7 @@ async def _wait_for_place(state: ServerState, timeout_s: float, receive: Receive
 
 
 @contextlib.contextmanager
-def stop_on_disconnect(generation: Generation[Any], receive: Receive) -> Iterator[None]:
+def stop_on_disconnect(generation: RunningGeneration[Any], receive: Receive) -> Iterator[None]:
     """Within the block, a client that disconnects stops `generation` (within a token when it
     has a cancel token); for answers that are sent whole, once the generation is over."""
     watcher = asyncio.ensure_future(wait_for_disconnect(receive))
@@ -148,9 +148,3 @@ def stop_on_disconnect(generation: Generation[Any], receive: Receive) -> Iterato
         yield
     finally:
         watcher.cancel()
-
-
-async def wait_for_disconnect(receive: Receive) -> None:
-    """Return when the client disconnects (call once the request body has been read)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass

@@ -1,0 +1,89 @@
+"""Server-sent events: framing, and the response that sends them.
+
+Events are pre-encoded bytes (`data: <json>\\n\\n`); JSON never holds a raw newline, so one
+`data:` line per event is always right. `EventStream` is a small ASGI response of llmflow's own:
+three sibling tasks (send the events, ping while idle, watch for the client leaving), the first
+to finish cancels the others, and `on_close` runs however the response ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable
+
+import anyio
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+DONE = b"data: [DONE]\n\n"
+#: a comment line: clients skip it, proxies see a live connection
+PING = b": ping\n\n"
+PING_INTERVAL_S = 15.0
+
+_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),  # nginx: pass each event on at once
+]
+
+
+def event(payload_json: str) -> bytes:
+    return b"data: " + payload_json.encode() + b"\n\n"
+
+
+async def wait_for_disconnect(receive: Receive) -> None:
+    """Return when the client disconnects (call once the request body has been read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class EventStream(Response):
+    """A `text/event-stream` response of `events`; `on_close` is called once, however it ends,
+    even when the client left before the first byte (the events iterator then never starts, so
+    its own `finally` would not run). Shutdown is the server's job (`runner.GracefulServer` ends
+    the generations, so streams close with their last events)."""
+
+    def __init__(
+        self,
+        events: AsyncGenerator[bytes, None],
+        on_close: Callable[[], None],
+        ping_interval_s: float = PING_INTERVAL_S,
+    ):
+        # Response's own __init__ would render a body and set its length: this one streams
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = list(_HEADERS)
+        self._events = events
+        self._on_close = on_close
+        self._ping_interval_s = ping_interval_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async with anyio.create_task_group() as tasks:
+
+                async def first_to_finish(job: Callable[[], Awaitable[None]]) -> None:
+                    with contextlib.suppress(OSError):  # the client went away mid-send
+                        await job()
+                    tasks.cancel_scope.cancel()
+
+                tasks.start_soon(first_to_finish, lambda: self._send_events(send))
+                tasks.start_soon(first_to_finish, lambda: self._ping(send))
+                tasks.start_soon(first_to_finish, lambda: wait_for_disconnect(receive))
+        finally:
+            try:
+                await self._events.aclose()
+            finally:
+                self._on_close()
+
+    async def _send_events(self, send: Send) -> None:
+        """The per-token path: one `send` per event."""
+        async for data in self._events:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _ping(self, send: Send) -> None:
+        """A comment every interval, so that proxies see a live connection while nothing else goes."""
+        while True:
+            await anyio.sleep(self._ping_interval_s)
+            await send({"type": "http.response.body", "body": PING, "more_body": True})
