@@ -51,8 +51,9 @@ test: install-test system-packages lint
 	@echo "==> Running the tests (about 10 minutes on 2 cores)"
 	$(PY) -m pytest -q -rs
 
+# every CPU benchmark (BENCH_ARGS: names, --quick, --example-server PATH), then BENCHMARKS.md's tables
 bench: install-test
-	$(PY) benchmarks/bench_engine.py
+	$(PY) -m benchmarks run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .demo

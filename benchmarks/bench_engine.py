@@ -1,8 +1,8 @@
 """llmflow's in-process stream against raw llama-cpp-python on the same model object.
 
 Same GGUF, same prompt, greedy, the same thread count, both in this thread; runs alternate and
-start with an empty KV cache, so both pay the same prompt processing. Reports medians and the
-ratios.
+start with an empty KV cache, so both pay the same prompt processing. Reports every run, medians with
+min-max, and the ratios round by round.
 
     .venv/bin/python benchmarks/bench_engine.py --runs 7 --max-tokens 256
 """
@@ -10,13 +10,14 @@ ratios.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
+import sys
 import time
 from pathlib import Path
 
 from llmflow import LLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import Recording, paired_ratios, spread
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
 
@@ -58,6 +59,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="default: all usable cores")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/engine.json"))
     args = parser.parse_args()
+    recording = Recording.begin("engine")
 
     options = {} if args.threads is None else {"n_threads": args.threads}
     llm = LLM.load(engine_options=options)
@@ -71,26 +73,34 @@ def main() -> None:
         for name, fn in order:
             results[name].append(fn(llm, args.max_tokens))
 
-    def med(name: str, index: int) -> float:
-        return statistics.median(r[index] for r in results[name])
+    def series(name: str, index: int) -> list[float]:
+        return [r[index] for r in results[name]]
 
     summary = {
+        "llmflow_tokens_per_s": spread(series("llmflow", 1)),
+        "raw_tokens_per_s": spread(series("raw", 1)),
+        "llmflow_ttft_ms": spread(t * 1000 for t in series("llmflow", 0)),
+        "raw_ttft_ms": spread(t * 1000 for t in series("raw", 0)),
+        # round by round: both sides ran in the same round
+        "tokens_per_s_ratio": paired_ratios(series("llmflow", 1), series("raw", 1)),
+        "ttft_delta_ms": spread(
+            (a - b) * 1000 for a, b in zip(series("llmflow", 0), series("raw", 0), strict=True)
+        ),
+        "targets": {"tokens_per_s_ratio": ">= 0.98", "ttft_delta_ms": "<= 5"},
+    }
+    config = {
         "model": llm.model_name,
         "threads": llm.engine.options.n_threads,
         "max_tokens": args.max_tokens,
         "runs": args.runs,
-        "tokens": {name: [r[2] for r in rs] for name, rs in results.items()},
-        "llmflow_tokens_per_s": med("llmflow", 1),
-        "raw_tokens_per_s": med("raw", 1),
-        "llmflow_ttft_ms": med("llmflow", 0) * 1000,
-        "raw_ttft_ms": med("raw", 0) * 1000,
-        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "prompt": PROMPT,
     }
-    summary["tokens_per_s_ratio"] = summary["llmflow_tokens_per_s"] / summary["raw_tokens_per_s"]
-    summary["ttft_delta_ms"] = summary["llmflow_ttft_ms"] - summary["raw_ttft_ms"]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+    samples = {
+        name: [{"ttft_s": r[0], "decode_tok_s": r[1], "tokens": r[2]} for r in rs]
+        for name, rs in results.items()
+    }
+    recording.write(args.out, config=config, samples=samples, summary=summary)
+    print(f"ratio {summary['tokens_per_s_ratio']}, TTFT delta ms {summary['ttft_delta_ms']}")
 
 
 if __name__ == "__main__":

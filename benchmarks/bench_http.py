@@ -26,8 +26,6 @@ with few cores it takes that time from the server's llama.cpp threads).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import tempfile
@@ -36,7 +34,6 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 from openai import OpenAI
@@ -49,6 +46,7 @@ from llmflow.model_files import resolve_model_path
 from llmflow.server.served import pyfunc_for_llm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import Recording, paired_ratios, spread
 from serve_process import free_port, started
 
 WAYS = (
@@ -158,16 +156,6 @@ def server_command(name: str, model: Path, threads: int, port: int) -> list[str]
     ]  # fmt: skip
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 # -- running and reporting ------------------------------------------------------------------------
 def alternate(ways: dict[str, Callable[[], Sample]], runs: int) -> dict[str, list[Sample]]:
     names = list(ways)
@@ -194,21 +182,28 @@ def medians(samples: list[Sample]) -> dict[str, float | None]:
     }
 
 
-def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, float | None]:
-    def rate(name: str) -> float | None:
-        return summary.get(name, {}).get("decode_tok_s")
+def ratios(samples: dict[str, list[Sample]]) -> dict[str, dict | None]:
+    """Each ratio round by round (both ways ran in the same round), as median and min-max."""
 
-    def ratio(a: str, b: str) -> float | None:
-        x, y = rate(a), rate(b)
-        return round(x / y, 3) if x and y else None
+    def rates(name: str) -> list[float | None] | None:
+        return [s.decode_tok_s for s in samples[name]] if name in samples else None
 
-    http, local = summary.get("llmflow_http"), summary.get("in_process")
+    def ratio(a: str, b: str) -> dict | None:
+        x, y = rates(a), rates(b)
+        return paired_ratios(x, y) if x and y else None
+
+    def ttft_overhead() -> dict | None:
+        if "llmflow_http" not in samples or "in_process" not in samples:
+            return None
+        pairs = zip(samples["llmflow_http"], samples["in_process"], strict=True)
+        return spread(http.ttft_ms - local.ttft_ms for http, local in pairs)
+
     return {
         "http_over_in_process_tok_s": ratio("llmflow_http", "in_process"),  # target >= 0.97
         "http_over_in_process_pyfunc_tok_s": ratio("llmflow_http", "in_process_pyfunc"),
         "lean_client_http_over_in_process_tok_s": ratio("llmflow_http_sse", "in_process"),
         "http_over_in_process_llama_cpp_tok_s": ratio("llmflow_http", "in_process_llama_cpp"),
-        "ttft_overhead_ms": round(http["ttft_ms"] - local["ttft_ms"], 2) if http and local else None,  # <= 10
+        "ttft_overhead_ms": ttft_overhead(),  # target <= 10
         "llmflow_over_llama_cpp_server_tok_s": ratio("llmflow_http", "llama_cpp_server"),  # target >= 1.0
     }
 
@@ -226,6 +221,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/http.json"))
     args = parser.parse_args()
+    recording = Recording.begin("http")
 
     model = resolve_model_path(args.model)
     # the engine `llmflow serve` uses for a GGUF file (llama_cpp_batched), so both sides compute alike
@@ -252,25 +248,30 @@ def main() -> None:
         samples = alternate(ways, args.runs)
 
     summary = {name: medians(values) for name, values in samples.items()}
-    document = {
-        "benchmark": "bench_http",
-        "settings": {"model": model.name, "threads": args.threads, "runs": args.runs,
-                     "max_tokens": args.max_tokens, "n_ctx": N_CTX, "prompt": PROMPT},
-        "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                    "cpu": cpu_model(), "cores": usable_cores()},
-        "medians": summary,
-        "ratios": ratios(summary),
-        "samples": {name: [asdict(s) for s in values] for name, values in samples.items()},
-    }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=2) + "\n")
+    config = {"model": model.name, "threads": args.threads, "runs": args.runs,
+              "max_tokens": args.max_tokens, "n_ctx": N_CTX, "prompt": PROMPT,
+              "ways": list(samples)}  # fmt: skip
+    spreads = {
+        name: {
+            key: spread(getattr(s, key) for s in values)
+            for key in ("decode_tok_s", "ttft_ms", "cpu_us_per_chunk")
+        }
+        for name, values in samples.items()
+    }
+    document = recording.write(
+        args.out,
+        config=config,
+        samples={name: [asdict(s) for s in values] for name, values in samples.items()},
+        summary={"medians": summary, "spread": spreads, "ratios": ratios(samples)},
+        hide=[model],
+    )
     print("\n| way | TTFT ms | decode tok/s | chunks | CPU µs/chunk (this process) |")
     print("| --- | --- | --- | --- | --- |")
     for name, row in summary.items():
         cells = (name, row["ttft_ms"], row["decode_tok_s"], row["chunks"], row["cpu_us_per_chunk"])
         print("| " + " | ".join(str(cell) for cell in cells) + " |")
-    print(json.dumps(document["ratios"], indent=2))
-    print(f"results: {args.out}")
+    for name, value in document["summary"]["ratios"].items():
+        print(f"{name}: {value}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ a local directory), then times `load_model`:
 - in fresh processes (`--processes`), where imports are timed apart from the load itself;
 - `LLM.load` on the same GGUF file, the engine's share of the load.
 
-Reports medians. The default model should load in at most 1 s once its files are local.
+Kinds alternate; reports every run and medians with min-max. The default model should load in at
+most 1 s once its files are local.
 
     .venv/bin/python benchmarks/bench_mlflow_load.py --runs 7 --processes 5
 """
@@ -18,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,9 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import Recording, spread
 
 REGISTERED = "bench-load"
 
@@ -74,36 +76,44 @@ def log_once(root: Path) -> dict[str, str]:
     }
 
 
-def time_in_process(load: Callable[[], object], runs: int) -> list[float]:
+def time_in_process(loaders: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
+    """Every loader `runs` times, alternated (the first one rotates each round), after a warm-up each."""
     from llmflow.mlflow import find_llm
 
-    def once() -> float:
+    def once(load: Callable[[], object]) -> float:
         started = time.perf_counter()
         model = load()
         elapsed = time.perf_counter() - started
         (find_llm(model) or model).close()  # LLM.load returns the LLM itself
         return elapsed
 
-    once()  # warm-up: imports, page cache
-    return [once() for _ in range(runs)]
+    names = list(loaders)
+    for name in names:  # warm-up: imports, page cache
+        once(loaders[name])
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(runs):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            times[name].append(once(loaders[name]))
+    return times
 
 
-def time_fresh_processes(uri: str, tracking_uri: str, runs: int) -> list[dict[str, float]]:
+def time_fresh_processes(
+    uris: dict[str, str], tracking_uri: str, runs: int
+) -> dict[str, list[dict[str, float]]]:
+    """A fresh process per load, the kinds alternated."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    results = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-c", CHILD, uri], env=env, capture_output=True, text=True, check=True
-        )
-        record = json.loads(done.stdout.strip().splitlines()[-1])
-        record["process_s"] = time.perf_counter() - started
-        results.append(record)
+    names = list(uris)
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for i in range(runs):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            started = time.perf_counter()
+            done = subprocess.run(
+                [sys.executable, "-c", CHILD, uris[name]], env=env, capture_output=True, text=True, check=True
+            )
+            record = json.loads(done.stdout.strip().splitlines()[-1])
+            record["process_s"] = time.perf_counter() - started
+            results[name].append(record)
     return results
-
-
-def median(values: list[float]) -> float:
-    return round(statistics.median(values), 3)
 
 
 def main() -> None:
@@ -112,6 +122,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=5, help="fresh-process loads per kind")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/mlflow_load.json"))
     args = parser.parse_args()
+    recording = Recording.begin("mlflow_load")
 
     import logging
 
@@ -123,30 +134,34 @@ def main() -> None:
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     with tempfile.TemporaryDirectory() as tmp:
         logged = log_once(Path(tmp))
-        in_process = {
-            "local": time_in_process(lambda: mlflow.pyfunc.load_model(logged["local"]), args.runs),
-            "registry": time_in_process(lambda: mlflow.pyfunc.load_model(logged["registry"]), args.runs),
-            "llm_load": time_in_process(LLM.load, args.runs),
-        }
-        fresh = {
-            kind: time_fresh_processes(logged[kind], logged["tracking_uri"], args.processes)
-            for kind in ("local", "registry")
-        }
-    summary = {
+        in_process = time_in_process(
+            {
+                "local": lambda: mlflow.pyfunc.load_model(logged["local"]),
+                "registry": lambda: mlflow.pyfunc.load_model(logged["registry"]),
+                "llm_load": LLM.load,
+            },
+            args.runs,
+        )
+        kinds = {kind: logged[kind] for kind in ("local", "registry")}
+        fresh = time_fresh_processes(kinds, logged["tracking_uri"], args.processes)
+    config = {
         "model": "SmolLM2-135M-Instruct.Q4_1 (embedded)",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "runs": args.runs,
         "processes": args.processes,
+    }
+    summary = {
         "log_model_s": float(logged["log_s"]),
         "save_model_s": float(logged["save_s"]),
-        "in_process_median_s": {kind: median(times) for kind, times in in_process.items()},
-        "fresh_process_median_s": {
-            kind: {key: median([r[key] for r in records]) for key in records[0]}
+        "in_process_s": {kind: spread(times) for kind, times in in_process.items()},
+        "fresh_process_s": {
+            kind: {key: spread(r[key] for r in records) for key in records[0]}
             for kind, records in fresh.items()
         },
+        "targets": {"in_process_s": "<= 1"},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    recording.write(
+        args.out, config=config, samples={"in_process_s": in_process, "fresh_process": fresh}, summary=summary
+    )
     print(json.dumps(summary, indent=2))
 
 

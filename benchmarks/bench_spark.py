@@ -2,13 +2,14 @@
 
 The same saved model (the embedded SmolLM2, greedy) answers the same prompts both ways.
 In-process: one `predict(..., params={"result": "struct"})` call over every row, the engine on
-all usable cores. Spark: `llmflow.spark.answer_udf` over `--partitions` partitions, run twice:
-the first job pays for starting the Python workers and loading the engine in each, the second
-reuses them. Engine loads are counted per executor process (LLMFLOW_LOAD_LOG). A third Spark job
+all usable cores. Spark: `llmflow.spark.answer_udf` over `--partitions` partitions: the first
+job pays for starting the Python workers and loading the engine in each; then `--rounds` rounds
+alternate an in-process run and a Spark job that reuses the workers (the ratio is taken round by
+round). Engine loads are counted per executor process (LLMFLOW_LOAD_LOG). A third Spark job
 gives every task all cores (what `spark_udf` does without llmflow's thread setting), to show
 what oversubscribing the CPU costs. Answers are compared row by row.
 
-    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python benchmarks/bench_spark.py --prompts 64 --max-tokens 64
+    SPARK_LOCAL_IP=127.0.0.1 python -m benchmarks.bench_spark --prompts 64 --max-tokens 64 --rounds 5
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -32,6 +32,9 @@ from llmflow.engines.llama_cpp import usable_cores
 from llmflow.mlflow.worker_cache import LOAD_LOG_ENV
 from llmflow.spark import answer_udf, threads_per_task
 from llmflow.spark.session import start_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import Recording, paired_ratios, spread
 
 TOPICS = ["the sea", "mountains", "coffee", "trains", "music", "rain", "cities", "bees"]
 FORMS = [
@@ -110,56 +113,72 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--skip-oversubscribed", action="store_true", help="no all-cores-per-task job")
+    parser.add_argument("--rounds", type=int, default=5, help="alternated in-process and warm Spark runs")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/spark.json"))
     args = parser.parse_args()
+    recording = Recording.begin("spark")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
     questions = prompts(args.prompts)
     params = {"temperature": 0.0, "max_tokens": args.max_tokens}
+    samples: dict[str, list[Any]] = {"in_process": [], "spark_warm_job": []}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = str(Path(tmp, "model"))
         llmflow.mlflow.save_model(model_dir, by_reference=True)
-        in_process, local_answers = run_in_process(model_dir, questions, params)
-        print(f"in-process: {in_process}", file=sys.stderr)
-
+        _, local_answers = run_in_process(model_dir, questions, params)  # warm-up, and the answers to match
         start = time.perf_counter()
         spark = start_session(args.master, "llmflow bench_spark")
         spark.sparkContext.setLogLevel("ERROR")
         session_seconds = time.perf_counter() - start
         log = Path(tmp, "loads.jsonl")
-        spark_runs: dict[str, Any] = {}
-        answers_equal = True
-        runs = [("spark_first_job", None), ("spark_second_job", None)]
+        first, first_answers = run_spark_job(spark, model_dir, questions, params, args.partitions, None, log)
+        answers_equal = first_answers == local_answers
+        for r in range(args.rounds):
+            order = ["in_process", "spark_warm_job"] if r % 2 == 0 else ["spark_warm_job", "in_process"]
+            for name in order:
+                if name == "in_process":
+                    result, answers = run_in_process(model_dir, questions, params)
+                else:
+                    result, answers = run_spark_job(
+                        spark, model_dir, questions, params, args.partitions, None, log
+                    )
+                answers_equal = answers_equal and answers == local_answers
+                samples[name].append(result)
+                print(f"round {r + 1}/{args.rounds} {name}: {result}", file=sys.stderr)
+        oversubscribed = None
         if not args.skip_oversubscribed:
-            runs.append(("spark_all_cores_per_task", usable_cores()))
-        for name, threads in runs:
-            spark_runs[name], spark_answers = run_spark_job(
-                spark, model_dir, questions, params, args.partitions, threads, log
+            oversubscribed, answers = run_spark_job(
+                spark, model_dir, questions, params, args.partitions, usable_cores(), log
             )
-            answers_equal = answers_equal and spark_answers == local_answers
-            print(f"{name}: {spark_runs[name]}", file=sys.stderr)
+            answers_equal = answers_equal and answers == local_answers
         threads = threads_per_task(spark)
         spark.stop()
 
-    summary = {
+    def rows_per_s(name: str) -> list[float]:
+        return [r["rows_per_s"] for r in samples[name]]
+
+    config = {
         "prompts": args.prompts,
         "max_tokens": args.max_tokens,
         "master": args.master,
         "partitions": args.partitions,
+        "rounds": args.rounds,
         "cores": usable_cores(),
         "spark_threads_per_task": threads,
-        "in_process": in_process,
-        "spark_session_start_seconds": round(session_seconds, 3),
-        **spark_runs,
-        "answers_equal": answers_equal,
-        "machine": f"{platform.machine()}, {platform.python_version()}",
     }
-    warm = spark_runs["spark_second_job"]["rows_per_s"]
-    summary["spark_second_job_vs_in_process_rows_per_s"] = round(warm / in_process["rows_per_s"], 3)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+    summary = {
+        "spark_session_start_s": round(session_seconds, 3),
+        "spark_first_job": first,
+        "in_process_rows_per_s": spread(rows_per_s("in_process")),
+        "spark_warm_job_rows_per_s": spread(rows_per_s("spark_warm_job")),
+        "spark_warm_over_in_process_rows_per_s": paired_ratios(
+            rows_per_s("spark_warm_job"), rows_per_s("in_process")
+        ),
+        "spark_all_cores_per_task": oversubscribed,
+        "answers_equal": answers_equal,
+    }
+    recording.write(args.out, config=config, samples=samples, summary=summary)
 
 
 if __name__ == "__main__":

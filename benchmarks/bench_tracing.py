@@ -12,10 +12,9 @@ on a synthetic stream (no model) so that it is not lost in decoding noise.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +26,9 @@ from llmflow import LLM
 from llmflow.mlflow import LlmflowPyfuncModel
 from llmflow.observability import ObservedGeneration, ObservedStream, RequestTimings, RequestTrace
 from llmflow.types import CancelToken, Chunk, FinishReason, Usage
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import Recording, paired_ratios, spread
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
 MODES: dict[str, dict[str, Any]] = {
@@ -82,20 +84,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="default: all usable cores")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tracing.json"))
     args = parser.parse_args()
+    recording = Recording.begin("tracing")
 
     with tempfile.TemporaryDirectory() as tmp:
         mlflow.set_tracking_uri(f"sqlite:///{Path(tmp) / 'mlflow.db'}")
         experiment_id = mlflow.MlflowClient().create_experiment("bench", artifact_location=Path(tmp).as_uri())
         os.environ["MLFLOW_EXPERIMENT_ID"] = experiment_id
-        summary = _measure(args)
+        config, samples, summary = _measure(args)
         mlflow.flush_trace_async_logging()
         summary["traces_recorded"] = len(mlflow.search_traces(locations=[experiment_id], return_type="list"))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+    recording.write(args.out, config=config, samples=samples, summary=summary)
+    print(f"on/off {summary['tokens_per_s_ratio_on_off']}, wrapper {summary['wrapper_us_per_chunk']}")
 
 
-def _measure(args: argparse.Namespace) -> dict[str, Any]:
+def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     options = {} if args.threads is None else {"n_threads": args.threads}
     llm = LLM.load(engine_options=options)
     model = LlmflowPyfuncModel.from_llm(llm)
@@ -107,28 +109,34 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         for name in names[i % len(names) :] + names[: i % len(names)]:
             results[name].append(run_stream(model, args.max_tokens, name))
 
-    def med(name: str, index: int) -> float:
-        return statistics.median(r[index] for r in results[name])
+    def rates(name: str) -> list[float]:
+        return [r[1] for r in results[name]]
 
-    summary: dict[str, Any] = {
+    config = {
         "model": llm.model_name,
         "threads": llm.engine.options.n_threads,
         "max_tokens": args.max_tokens,
         "runs": args.runs,
-        "tokens": {name: [r[2] for r in rs] for name, rs in results.items()},
+        "prompt": PROMPT,
     }
+    samples = {
+        name: [{"ttft_s": r[0], "decode_tok_s": r[1], "tokens": r[2]} for r in rs]
+        for name, rs in results.items()
+    }
+    summary: dict[str, Any] = {}
     for name in names:
-        summary[f"{name}_tokens_per_s"] = med(name, 1)
-        summary[f"{name}_ttft_ms"] = med(name, 0) * 1000
-    summary["tokens_per_s_ratio_on_off"] = summary["on_tokens_per_s"] / summary["off_tokens_per_s"]
-    summary["ttft_delta_ms_on_off"] = summary["on_ttft_ms"] - summary["off_ttft_ms"]
-    summary["wrapper_us_per_chunk"] = {
-        "timings": wrapper_cost_us(100_000, traced=False),
-        "traced": wrapper_cost_us(100_000, traced=True),
+        summary[f"{name}_tokens_per_s"] = spread(rates(name))
+        summary[f"{name}_ttft_ms"] = spread(r[0] * 1000 for r in results[name])
+    summary["tokens_per_s_ratio_on_off"] = paired_ratios(rates("on"), rates("off"))  # target >= 0.98
+    summary["tokens_per_s_ratio_timings_off"] = paired_ratios(rates("timings"), rates("off"))
+    wrapper = {
+        mode: [wrapper_cost_us(100_000, traced=mode == "traced") for _ in range(5)]
+        for mode in ("timings", "traced")
     }
-    summary["machine"] = f"{platform.machine()}, {platform.python_version()}"
+    samples["wrapper_us_per_chunk"] = wrapper
+    summary["wrapper_us_per_chunk"] = {mode: spread(values) for mode, values in wrapper.items()}
     llm.close()
-    return summary
+    return config, samples, summary
 
 
 if __name__ == "__main__":

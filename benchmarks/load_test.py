@@ -24,7 +24,16 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import ServeProcess, add_server_arguments, busy_sequences, report, server_args, wait_idle
+from record import Recording
+from serve_process import (
+    ServeProcess,
+    add_server_arguments,
+    busy_sequences,
+    config_of,
+    report,
+    server_args,
+    wait_idle,
+)
 
 
 @dataclass
@@ -160,12 +169,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> LoadResult:
     args = parse_args(argv)
+    recording = Recording.begin("load")
     random.seed(args.seed)
     with ServeProcess(server_args(args, args.max_queue)) as server:
         result = load(server.url, args)
     document = {k: v for k, v in asdict(result).items() if k != "ttfts"}
     document["problems"] = document["problems"][:20]
-    report({**document, "ok": result.ok}, args.out)
+    document["samples"] = {"ttft_s": result.ttfts}
+    report({**document, "ok": result.ok}, args.out, recording, config_of(args))
     return result
 
 

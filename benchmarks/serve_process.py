@@ -18,6 +18,9 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import Recording
+
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     """The options the reliability scripts share: what to serve, the seed, where to write."""
@@ -37,12 +40,16 @@ def server_args(args: argparse.Namespace, max_queue: int) -> list[str]:
     ]
 
 
-def report(document: dict, out: Path | None) -> None:
-    """Print a script's result as JSON, and write it to `out` too when given."""
-    text = json.dumps(document, indent=2)
-    print(text)
+def report(document: dict, out: Path | None, recording: Recording, config: dict) -> None:
+    """Print a script's result as JSON, and write it to `out` too (with the machine and commit)."""
+    print(json.dumps(document, indent=2))
     if out:
-        out.write_text(text + "\n")
+        recording.write(out, config=config, samples=document.pop("samples", None), summary=document)
+
+
+def config_of(args: argparse.Namespace) -> dict:
+    """A script's options as its result's config, without the output path."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
 
 
 def free_port() -> int:

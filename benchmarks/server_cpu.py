@@ -1,10 +1,10 @@
 """CPU time per streamed event in each thread of `llmflow serve`, read from /proc (Linux).
 
 Streams a few greedy chat answers from a server in a child process with a lean client, then
-prints each server thread's CPU time over those events: the llama.cpp threads, the generation
+reports each server thread's CPU time over those events: the llama.cpp threads, the generation
 worker and the event loop (whose share is what HTTP streaming itself costs).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/server_cpu.py --streams 3 --max-tokens 256
+    python -m benchmarks.server_cpu --streams 3 --max-tokens 256
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import ServeProcess
+from record import Recording
+from serve_process import ServeProcess, config_of
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 
@@ -40,7 +41,9 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/server_cpu.json"))
     args = parser.parse_args()
+    recording = Recording.begin("server_cpu")
 
     server_args = ["--engine-option", f"n_threads={args.threads}", "--engine-option", "n_ctx=4096"]
     with ServeProcess(server_args) as server, httpx.Client(base_url=server.url, timeout=600) as client:
@@ -61,11 +64,17 @@ def main() -> None:
         after = thread_ticks(server.pid)
 
     tick_s = 1 / os.sysconf("SC_CLK_TCK")
-    print(f"{events} events; CPU per event by server thread (clock tick {tick_s * 1000:.0f} ms):")
+    threads = []
     for tid, (name, ticks) in after.items():
         spent = (ticks - before.get(tid, (name, 0))[1]) * tick_s
         if spent:
+            threads.append({"thread": name, "cpu_s": spent, "us_per_event": spent / events * 1e6})
             print(f"  thread {tid} ({name}): {spent * 1000:.0f} ms, {spent / events * 1e6:.0f} µs/event")
+    by_name: dict[str, float] = {}
+    for thread in threads:
+        by_name[thread["thread"]] = by_name.get(thread["thread"], 0.0) + thread["us_per_event"]
+    summary = {"events": events, "clock_tick_ms": tick_s * 1000, "us_per_event_by_thread_name": by_name}
+    recording.write(args.out, config=config_of(args), samples=threads, summary=summary)
 
 
 if __name__ == "__main__":

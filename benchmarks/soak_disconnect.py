@@ -37,10 +37,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
+from record import Recording
 from serve_process import (
     ServeProcess,
     add_server_arguments,
     busy_sequences,
+    config_of,
     metric,
     report,
     server_args,
@@ -236,10 +238,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> SoakResult:
     args = parse_args(argv)
+    recording = Recording.begin("soak")
     random.seed(args.seed)
     with ServeProcess(server_args(args, args.clients * 2)) as server:
         result = soak(server.url, server.pid, args)
-    report({**asdict(result), "ok": result.ok}, args.out)
+    report({**asdict(result), "ok": result.ok}, args.out, recording, config_of(args))
     return result
 
 

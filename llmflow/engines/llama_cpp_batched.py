@@ -179,11 +179,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         parsed = LlamaCppBatchedOptions.parse(options)
         path = gguf_file(model_path)
         llama_cpp = import_llama_cpp(cls.name)
-        # the decision is kept in the options, so that `engine.options` says what was loaded
-        parsed = parsed.model_copy(
-            update={"extra_buffers": decide_extra_buffers(llama_cpp, parsed.extra_buffers)}
-        )
-        where = placement(parsed, has_gpu_backend(llama_cpp))
+        parsed, where = resolve_load(llama_cpp, parsed)
         model = _load_model(llama_cpp, path, parsed, where)
         try:
             vocab = LlamaVocab(model, model.metadata())
@@ -230,6 +226,15 @@ def default_parallel(n_ctx: int, kv_bytes_per_token: int, cores: int, *, on_gpu:
     if on_gpu:
         return max(1, min(GPU_MAX_SEQUENCES, GPU_KV_BUDGET_BYTES // per_sequence))
     return max(1, min(MAX_SEQUENCES_PER_CORE * cores, KV_BUDGET_BYTES // per_sequence))
+
+
+def resolve_load(llama_cpp: Any, options: LlamaCppBatchedOptions) -> tuple[LlamaCppBatchedOptions, Placement]:
+    """The options with the extra-buffer decision made (kept in them, so that `engine.options`
+    says what was loaded) and where the model runs."""
+    options = options.model_copy(
+        update={"extra_buffers": decide_extra_buffers(llama_cpp, options.extra_buffers)}
+    )
+    return options, placement(options, has_gpu_backend(llama_cpp))
 
 
 def _load_model(llama_cpp: Any, path: Path, options: LlamaCppOptions, where: Placement) -> Any:

@@ -1,0 +1,1 @@
+"""Benchmarks of llmflow: `python -m benchmarks run [NAME...]`, `python -m benchmarks render`."""

@@ -1,0 +1,82 @@
+"""`python -m benchmarks run [NAME...] [--quick]` runs benchmarks (all CPU ones by default), each
+writing its result file; `python -m benchmarks render` writes BENCHMARKS.md's tables and the
+README's numbers from the stored result files; `python -m benchmarks list` names them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.render import render_all
+from benchmarks.suite import BY_NAME, RESULTS, SUITE, Benchmark
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(benchmark: Benchmark, quick: bool, extra: list[str]) -> int:
+    out = benchmark.result(quick)
+    command = [*benchmark.command(quick, out.relative_to(REPO), python=sys.executable), *extra]
+    print(f"==> {benchmark.name}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
+    env = {
+        **os.environ,
+        **dict(benchmark.env),
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    if quick:
+        env["LLMFLOW_BENCH_QUICK"] = "1"
+    return subprocess.run(command, cwd=REPO, env=env, check=False).returncode
+
+
+def peer_arguments(args: argparse.Namespace) -> list[str]:
+    extra = []
+    if args.example_server:
+        extra += ["--example-server", str(args.example_server.resolve())]
+    if args.sdist:
+        extra += ["--sdist", str(args.sdist.resolve())]
+    if args.llama_server:
+        extra += ["--llama-server", str(args.llama_server.resolve())]
+    return extra
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    runner = commands.add_parser("run", help="run benchmarks, then render")
+    runner.add_argument("names", nargs="*", choices=[[], *BY_NAME], metavar="NAME", help=", ".join(BY_NAME))
+    runner.add_argument("--quick", action="store_true", help="a smoke run into benchmarks/results/quick/")
+    runner.add_argument("--example-server", type=Path, help="examples/server/server.py of llama-cpp-python")
+    runner.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
+    runner.add_argument("--llama-server", type=Path, help="an already built llama-server")
+    runner.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
+    renderer = commands.add_parser("render", help="write BENCHMARKS.md's tables and README's numbers")
+    renderer.add_argument("--results", type=Path, default=RESULTS)
+    renderer.add_argument("--check", action="store_true", help="fail if the documents are not up to date")
+    commands.add_parser("list", help="name every benchmark")
+    args = parser.parse_args()
+
+    if args.command == "list":
+        for benchmark in SUITE:
+            print(f"{benchmark.name:12} {benchmark.about}")
+        return
+    if args.command == "render":
+        changed = render_all(args.results, write=not args.check)
+        if args.check and changed:
+            raise SystemExit(f"out of date: {', '.join(changed)} (run python -m benchmarks render)")
+        return
+    failed = []
+    for name in args.names or list(BY_NAME):
+        extra = peer_arguments(args) if name == "peers" else []
+        if run(BY_NAME[name], args.quick, extra) != 0:
+            failed.append(name)
+            if not args.keep_going:
+                break
+    render_all(RESULTS, write=True)
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

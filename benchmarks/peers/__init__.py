@@ -1,0 +1,1 @@
+"""Peer servers that benchmarks compare llmflow against (built or found outside the repository)."""

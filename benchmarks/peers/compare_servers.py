@@ -1,0 +1,332 @@
+"""llmflow serve against the strongest CPU peers, side by side in one run, measured with `llmflow bench`.
+
+Four OpenAI-compatible servers on 127.0.0.1, started once and kept up for the whole run, on the
+same GGUF (the embedded model unless `--model`), the same threads and the same prompts:
+
+- `llmflow`: `llmflow serve` on its batching engine (`--parallel` sequences);
+- `llama-server`: llama.cpp's own C++ server with continuous batching (`--parallel` slots), built
+  from the llama.cpp inside the pinned llama-cpp-python sdist (`build_llama_server.py`);
+- `example-server`: llama-cpp-python's example batching server (`examples/server/server.py` of its
+  repository, given with `--example-server`; `n_seq_max` = `--parallel`);
+- `llama_cpp.server`: `python -m llama_cpp.server`, one request at a time.
+
+Workloads: closed loops at each `--concurrency`, Poisson arrivals at each `--rates` (requests/s),
+and a shared-prefix chat (one long system prompt, a short different question per request) at
+`--prefix-concurrency`. In each round every workload runs on every server, the servers in an order
+that rotates from workload to workload and round to round, so drift on a shared machine lands on
+all of them alike. Output tokens are counted by re-tokenizing every answer with the model's
+tokenizer (not every server sends usage). Every request record of every round is kept.
+
+    python -m benchmarks.peers.compare_servers --example-server PATH/examples/server/server.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers.build_llama_server import DEFAULT_CACHE, ensure_llama_server
+from benchmarks.record import Recording, spread
+from benchmarks.serve_process import free_port, started
+from llmflow.bench import BenchOptions, run_bench
+from llmflow.bench.driver import parse_list
+from llmflow.engines.llama_cpp import usable_cores
+from llmflow.model_files import default_model_path
+
+SERVERS = ("llmflow", "llama-server", "example-server", "llama_cpp.server")
+
+
+@dataclass(frozen=True)
+class Setup:
+    model: Path
+    threads: int
+    parallel: int
+    n_ctx: int  # per sequence
+    llama_server: Path | None
+    example_server: Path | None
+    logs: Path
+    #: more llama-server options (`--kv-unified`, say)
+    llama_server_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Workload:
+    key: str
+    options: BenchOptions
+
+
+def llmflow_command(setup: Setup, port: int) -> list[str]:
+    options = {"n_threads": setup.threads, "n_ctx": setup.n_ctx, "parallel": setup.parallel}
+    engine_options = [a for k, v in options.items() for a in ("--engine-option", f"{k}={v}")]
+    return [
+        sys.executable, "-m", "llmflow", "serve", str(setup.model),
+        "--host", "127.0.0.1", "--port", str(port), "--engine", "llama_cpp_batched", *engine_options,
+        "--max-queue", "4096", "--log-level", "warning",
+    ]  # fmt: skip
+
+
+def llama_server_command(setup: Setup, port: int) -> list[str]:
+    assert setup.llama_server is not None
+    return [
+        str(setup.llama_server), "-m", str(setup.model), "--host", "127.0.0.1", "--port", str(port),
+        "-t", str(setup.threads), "-tb", str(setup.threads), "-c", str(setup.n_ctx * setup.parallel),
+        "--parallel", str(setup.parallel), "--cont-batching", "--no-webui", *setup.llama_server_args,
+    ]  # fmt: skip
+
+
+def example_server_command(setup: Setup, port: int) -> list[str]:
+    assert setup.example_server is not None
+    config = {
+        "server": {"host": "127.0.0.1", "port": port},
+        "model": {
+            "path": str(setup.model),
+            "alias": setup.model.stem,
+            "n_ctx": setup.n_ctx * setup.parallel,
+            "n_seq_max": setup.parallel,
+            "threads": setup.threads,
+            "threads_batch": setup.threads,
+        },
+    }
+    path = setup.logs / "example-server.json"
+    path.write_text(json.dumps(config))
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.peers.example_server",
+        str(setup.example_server),
+        "-C",
+        str(path),
+    ]
+
+
+def llama_cpp_server_command(setup: Setup, port: int) -> list[str]:
+    # --interrupt_requests False: requests queue instead of cutting the running stream short
+    return [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(setup.model), "--host", "127.0.0.1",
+        "--port", str(port), "--n_threads", str(setup.threads), "--n_threads_batch", str(setup.threads),
+        "--n_ctx", str(setup.n_ctx), "--interrupt_requests", "False", "--verbose", "False",
+    ]  # fmt: skip
+
+
+COMMANDS: dict[str, Callable[[Setup, int], list[str]]] = {
+    "llmflow": llmflow_command,
+    "llama-server": llama_server_command,
+    "example-server": example_server_command,
+    "llama_cpp.server": llama_cpp_server_command,
+}
+
+
+def shared_prefix_dataset(path: Path, requests: int, system_words: int, seed: int) -> Path:
+    """A chat dataset whose every request starts with the same long system prompt."""
+    rng = random.Random(f"{seed}:system")
+    words = [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "was",
+        "for",
+        "on",
+        "that",
+        "with",
+        "as",
+        "by",
+        "at",
+        "from",
+        "his",
+        "her",
+        "it",
+        "an",
+        "be",
+        "this",
+    ]
+    system = "You answer questions about this text.\n" + " ".join(rng.choices(words, k=system_words))
+    questions = [f"Question {i}: write a long story about the number {i * 7 + 3}." for i in range(requests)]
+    rows = [
+        {"messages": [{"role": "system", "content": system}, {"role": "user", "content": q}]}
+        for q in questions
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def workloads(args: argparse.Namespace, model: Path, logs: Path) -> list[Workload]:
+    base = BenchOptions(
+        url="",
+        prompt_tokens=args.prompt_tokens,
+        max_tokens=args.max_tokens,
+        requests=args.requests,
+        seed=args.seed,
+        tokenizer=str(model),
+        request_usage=False,  # count every server's tokens the same way
+    )
+    found = [Workload(f"c={c}", replace(base, concurrency=(c,))) for c in args.concurrency]
+    cap = max(args.concurrency)
+    found += [
+        Workload(
+            f"rate={r:g}/s",
+            replace(base, concurrency=(cap,), request_rates=(r,), requests=args.rate_requests),
+        )
+        for r in args.rates
+    ]
+    if args.prefix_concurrency:
+        count = args.requests or max(8, 4 * args.prefix_concurrency)
+        dataset = shared_prefix_dataset(logs / "shared-prefix.jsonl", count, args.prefix_words, args.seed)
+        found.append(
+            Workload(
+                f"shared prefix, c={args.prefix_concurrency}",
+                replace(base, concurrency=(args.prefix_concurrency,), dataset=dataset, requests=count),
+            )
+        )
+    return found
+
+
+def run_one(url: str, workload: Workload) -> dict[str, Any]:
+    document = run_bench(replace(workload.options, url=url))
+    if document["aborted"]:
+        document["notes"] = [*document.get("notes", []), f"aborted: {document['aborted']}"]
+    return document
+
+
+def level_summary(document: dict[str, Any]) -> dict[str, Any]:
+    levels = document["levels"]
+    return levels[0]["summary"] if levels else {}
+
+
+def summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Per workload and server: median and min-max over rounds of each round's figures."""
+
+    def pick(summary: dict[str, Any], key: str, stat: str | None) -> float | None:
+        value = summary.get(key)
+        if stat is None:
+            return value
+        return value.get(stat) if value else None
+
+    figures = {
+        "output_tok_s": ("output_throughput", None),
+        "ttft_p50_s": ("ttft_s", "median"),
+        "ttft_p99_s": ("ttft_s", "p99"),
+        "itl_p50_s": ("itl_s", "median"),
+        "itl_p99_s": ("itl_s", "p99"),
+        "tpot_p50_s": ("tpot_s", "median"),
+        "e2e_p50_s": ("e2e_s", "median"),
+    }
+    result: dict[str, Any] = {}
+    for key, by_server in samples.items():
+        result[key] = {}
+        for server, documents in by_server.items():
+            summaries = [level_summary(d) for d in documents]
+            row = {name: spread(pick(s, k, stat) for s in summaries) for name, (k, stat) in figures.items()}
+            row["failed"] = sum(s.get("failed", 0) for s in summaries)
+            row["rounds"] = len(documents)
+            result[key][server] = row
+    return result
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None, help="GGUF file; default: the embedded model")
+    parser.add_argument("--threads", type=int, default=usable_cores())
+    parser.add_argument("--parallel", type=int, default=16, help="sequences batched by each batching server")
+    parser.add_argument("--n-ctx", type=int, default=1024, help="context window per sequence")
+    parser.add_argument("--concurrency", default="1,2,4,8,16")
+    parser.add_argument("--rates", default="0.5,1,2", help="Poisson arrival rates, requests/s")
+    parser.add_argument("--rate-requests", type=int, default=32)
+    parser.add_argument("--prefix-concurrency", type=int, default=4, help="0: no shared-prefix workload")
+    parser.add_argument("--prefix-words", type=int, default=600, help="length of the shared system prompt")
+    parser.add_argument(
+        "--requests", type=int, default=None, help="per closed-loop level; default 4 per stream"
+    )
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip", action="append", default=[], choices=SERVERS, help="leave this server out")
+    parser.add_argument("--example-server", type=Path, default=None, help="examples/server/server.py")
+    parser.add_argument("--llama-server", type=Path, default=None, help="a built llama-server binary")
+    parser.add_argument(
+        "--llama-server-args", default="", help="more llama-server options, e.g. '--kv-unified'"
+    )
+    parser.add_argument("--sdist", type=Path, default=None, help="llama-cpp-python sdist to build it from")
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--quick", action="store_true", help="a smoke run (marked as such in the result)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/peers.json"))
+    args = parser.parse_args()
+    args.concurrency = parse_list(args.concurrency, int, "concurrency")
+    args.rates = parse_list(args.rates, float, "rates") if args.rates else ()
+    return args
+
+
+def build_of(binary: Path | None) -> dict[str, Any] | None:
+    """How the llama-server binary was built (the stamp `build_llama_server` leaves beside it)."""
+    if binary is None:
+        return None
+    stamp = binary.parent.parent / "llmflow-stamp.json"
+    return json.loads(stamp.read_text()) if stamp.is_file() else None
+
+
+def servers_to_run(args: argparse.Namespace, recording: Recording) -> list[str]:
+    names = [n for n in SERVERS if n not in args.skip]
+    if "example-server" in names and args.example_server is None:
+        names.remove("example-server")
+        recording.notes.append("example-server not run: no --example-server path given")
+    return names
+
+
+def main() -> None:
+    args = parse_args()
+    recording = Recording.begin("peers", quick=args.quick)
+    model = (args.model or default_model_path()).resolve()
+    names = servers_to_run(args, recording)
+    llama_server = None
+    if "llama-server" in names:
+        llama_server = args.llama_server or ensure_llama_server(args.sdist, args.cache_dir)
+    with ExitStack() as stack:
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        setup = Setup(
+            model, args.threads, args.parallel, args.n_ctx, llama_server, args.example_server, logs,
+            tuple(shlex.split(args.llama_server_args)),
+        )  # fmt: skip
+        urls = {}
+        for name in names:
+            port = free_port()
+            urls[name] = stack.enter_context(started(name, COMMANDS[name](setup, port), port, logs))
+        plan = workloads(args, model, logs)
+        samples: dict[str, dict[str, list[dict[str, Any]]]] = {w.key: {n: [] for n in names} for w in plan}
+        for r in range(args.rounds):
+            for i, workload in enumerate(plan):
+                shift = (r + i) % len(names)
+                for name in names[shift:] + names[:shift]:
+                    print(f"round {r + 1}/{args.rounds} · {workload.key} · {name}", file=sys.stderr)
+                    samples[workload.key][name].append(run_one(urls[name], workload))
+    config = {
+        "model": model.name,
+        "threads": args.threads,
+        "parallel": args.parallel,
+        "n_ctx_per_sequence": args.n_ctx,
+        "servers": names,
+        "llama_server_args": args.llama_server_args,
+        "llama_server_build": build_of(llama_server),
+        "workloads": [w.key for w in plan],
+        "prompt_tokens": args.prompt_tokens,
+        "max_tokens": args.max_tokens,
+        "prefix_words": args.prefix_words,
+        "rounds": args.rounds,
+        "seed": args.seed,
+    }
+    recording.write(args.out, config=config, samples=samples, summary=summarize(samples), hide=[model, logs])
+
+
+if __name__ == "__main__":
+    main()

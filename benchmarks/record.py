@@ -1,0 +1,178 @@
+"""One shape for every benchmark's result file: what ran, where, on which commit, every raw sample.
+
+A script starts a `Recording` before it measures anything (the 1-minute load average then) and
+writes its result through `Recording.write` (the load average again), so a reader can tell a quiet
+machine from a shared one. The renderer reads nothing else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "llmflow-bench/1"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = (
+    "llama-cpp-python", "mlflow", "fastapi", "uvicorn", "uvloop", "httptools", "sse-starlette",
+    "httpx", "openai", "numpy", "pyspark",
+)  # fmt: skip
+
+
+def spread(values: Iterable[float | None]) -> dict[str, float] | None:
+    """Median, min and max of the measured values (None: a run that gave no value is left out)."""
+    clean = [float(v) for v in values if v is not None]
+    if not clean:
+        return None
+    return {"median": statistics.median(clean), "min": min(clean), "max": max(clean), "n": len(clean)}
+
+
+def load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def git_commit() -> dict[str, Any]:
+    """The commit measured and whether the tree had changes on top of it."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    return {"sha": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain", "-uno"))}
+
+
+def cpu_model() -> str:
+    """`lscpu`'s model name (platform.processor() is empty on most Linux machines)."""
+    try:
+        done = subprocess.run(["lscpu"], capture_output=True, text=True, check=False)
+    except OSError:
+        return platform.processor() or platform.machine()
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Model name":
+            return value.strip()
+    return platform.processor() or platform.machine()
+
+
+def llama_cpp_system_info() -> str | None:
+    """What llama.cpp was built with (AVX2, AVX512, AMX, OpenMP...), as llama.cpp prints it."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    return llama_cpp.llama_print_system_info().decode(errors="replace").strip()
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpu_model": cpu_model(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "logical_cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "llama_cpp_system_info": llama_cpp_system_info(),
+        "packages": package_versions(),
+    }
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command as run from the repository root (`python -m benchmarks.x ...`), with no local paths."""
+    argv = list(sys.argv if argv is None else argv)
+    script = Path(argv[0]).resolve()
+    if script.suffix == ".py" and script.is_relative_to(REPO):
+        parts = script.relative_to(REPO).with_suffix("").parts
+        argv[0] = "-m " + ".".join(parts[:-1] if parts[-1] == "__main__" else parts)
+    return " ".join(["python", *(local_path_hidden(a) for a in argv)])
+
+
+def local_path_hidden(argument: str) -> str:
+    """An absolute path outside the repository (a fetched checkout, an sdist) as its file name."""
+    path = Path(argument)
+    if not path.is_absolute() or path.resolve().is_relative_to(REPO):
+        return argument
+    return f"<{path.name}>"
+
+
+@dataclass
+class Recording:
+    """A benchmark run in progress: `Recording.begin("engine")`, measure, `.write(path, ...)`."""
+
+    benchmark: str
+    command: str
+    started_at: str
+    load_1m_start: float | None
+    quick: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def begin(cls, benchmark: str, quick: bool = False) -> Recording:
+        return cls(
+            benchmark=benchmark,
+            command=command_line(),
+            started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            load_1m_start=load_average(),
+            quick=quick or os.environ.get("LLMFLOW_BENCH_QUICK") == "1",
+        )
+
+    def document(self, config: dict[str, Any], samples: Any, summary: dict[str, Any]) -> dict[str, Any]:
+        info = machine()
+        info["load_1m_start"] = self.load_1m_start
+        info["load_1m_end"] = load_average()
+        return {
+            "schema": SCHEMA,
+            "benchmark": self.benchmark,
+            "command": self.command,
+            "quick": self.quick,
+            "commit": git_commit(),
+            "started_at": self.started_at,
+            "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": info,
+            "config": config,
+            "summary": summary,
+            "notes": self.notes,
+            "samples": samples,
+        }
+
+    def write(
+        self,
+        out: Path,
+        *,
+        config: dict[str, Any],
+        samples: Any,
+        summary: dict[str, Any],
+        hide: Iterable[str] = (),
+    ) -> dict[str, Any]:
+        """Write the result file; every string in `hide` (a local model path) becomes its file name."""
+        text = json.dumps(self.document(config, samples, summary), indent=2, default=str)
+        for path in hide:
+            text = text.replace(str(path), Path(path).name)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n", encoding="utf-8")
+        print(f"result: {out}", file=sys.stderr)
+        return json.loads(text)
+
+
+def paired_ratios(numerators: Iterable[float | None], denominators: Iterable[float | None]) -> dict | None:
+    """The ratio of two sides measured in the same rounds, round by round: median and min-max."""
+    return spread(a / b if a and b else None for a, b in zip(numerators, denominators, strict=True))

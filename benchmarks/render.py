@@ -1,0 +1,354 @@
+"""Write BENCHMARKS.md's tables and the README's measured numbers from the stored result files.
+
+Each generated part sits between `<!-- BEGIN GENERATED: name -->` and `<!-- END GENERATED: name -->`
+and is rewritten whole; the prose around it is not touched. A full result
+(`benchmarks/results/<name>.json`) is preferred; without one, the smoke run's
+(`benchmarks/results/quick/<name>.json`) is shown, marked as such. Under every table: the result
+file, the command that wrote it, the commit, the CPU and the load average at start and end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.record import SCHEMA
+from benchmarks.suite import BY_NAME
+
+REPO = Path(__file__).resolve().parents[1]
+DOCUMENTS = (REPO / "BENCHMARKS.md", REPO / "README.md")
+MARKER = re.compile(r"(<!-- BEGIN GENERATED: ([\w-]+) -->\n?)(.*?)(<!-- END GENERATED: \2 -->)", re.DOTALL)
+Result = dict[str, Any]
+
+
+def load(results: Path, name: str) -> tuple[Result | None, str | None]:
+    """The result and its name as the documents show it (under `benchmarks/results/`)."""
+    for path in (results / f"{name}.json", results / "quick" / f"{name}.json"):
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if document.get("schema") == SCHEMA:
+            return document, f"benchmarks/results/{path.relative_to(results).as_posix()}"
+    return None, None
+
+
+# -- numbers ------------------------------------------------------------------------------------
+def num(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def med(s: dict | None, digits: int = 1, scale: float = 1.0) -> str:
+    """A spread as `median (min-max)`; one run: just the value."""
+    if not s:
+        return "-"
+    if s.get("n", 1) == 1 or s["min"] == s["max"]:
+        return num(s["median"], digits, scale)
+    return (
+        f"{num(s['median'], digits, scale)} ({num(s['min'], digits, scale)}-{num(s['max'], digits, scale)})"
+    )
+
+
+def threads(n: int) -> str:
+    return plural(n, "thread")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def provenance(document: Result, path: str) -> str:
+    """The line under every table: where the numbers come from, and how busy the machine was."""
+    machine, commit = document["machine"], document["commit"]
+    sha = (commit.get("sha") or "unknown")[:10] + (" + changes" if commit.get("dirty") else "")
+    load = f"{num(machine.get('load_1m_start'), 2)} → {num(machine.get('load_1m_end'), 2)}"
+    quick = " --quick" if document["quick"] else ""
+    line = (
+        f"Result `{path}`, written by `{document['command']}` "
+        f"(re-run: `python -m benchmarks run {document['benchmark']}{quick}`) "
+        f"at commit `{sha}` on {document['started_at'][:10]}; {machine['cpu_model']}, "
+        f"{machine['usable_cores']} usable cores; 1-minute load average {load}."
+    )
+    notes = "".join(f" {note}." for note in document.get("notes", []))
+    if document["quick"]:
+        line = "**Smoke run (`--quick`): few rounds, short answers; not a measurement to quote.** " + line
+    return line + notes + "\n"
+
+
+def missing(name: str) -> str:
+    return f"No result yet: `python -m benchmarks run {name}` writes `benchmarks/results/{name}.json`.\n"
+
+
+# -- one renderer per result --------------------------------------------------------------------
+def engine(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    intro = (
+        f"{c['model']}, {threads(c['threads'])}, {c['max_tokens']} tokens, greedy, {c['runs']} alternated "
+        "runs from an empty KV cache; median (min-max).\n\n"
+    )
+    rows = [
+        ["llmflow `LLM.stream`", med(s["llmflow_tokens_per_s"]), med(s["llmflow_ttft_ms"])],
+        ["raw llama-cpp-python", med(s["raw_tokens_per_s"]), med(s["raw_ttft_ms"])],
+        [
+            "**llmflow / raw, round by round**",
+            f"**{med(s['tokens_per_s_ratio'], 3)}** (target >= 0.98)",
+            f"**{med(s['ttft_delta_ms'], 1)} ms** (target <= +5 ms)",
+        ],
+    ]
+    return intro + table(["path", "decode tok/s", "TTFT ms"], rows)
+
+
+def tracing(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    rows = [
+        [mode, med(s[f"{mode}_tokens_per_s"]), med(s[f"{mode}_ttft_ms"])] for mode in ("off", "on", "timings")
+    ]
+    wrapper = s["wrapper_us_per_chunk"]
+    return (
+        f"{c['model']}, {c['max_tokens']} tokens, {c['runs']} rounds, modes alternated; median (min-max).\n\n"
+        + table(["tracing", "decode tok/s", "TTFT ms"], rows)
+        + f"\nOn / off, round by round: **{med(s['tokens_per_s_ratio_on_off'], 3)}** (target >= 0.98). "
+        f"The observing wrapper itself, on a synthetic stream: {med(wrapper['timings'], 2)} µs per chunk "
+        f"with timings only, {med(wrapper['traced'], 2)} µs traced. "
+        f"Traces recorded: {s['traces_recorded']}.\n"
+    )
+
+
+def mlflow_load(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    fresh = s["fresh_process_s"]
+    rows = [[f"in process: {kind}", med(v, 3)] for kind, v in s["in_process_s"].items()]
+    for kind, parts in fresh.items():
+        rows += [[f"fresh process ({kind}): {part}", med(v, 3)] for part, v in parts.items()]
+    rows += [["`log_model`", num(s["log_model_s"], 3)], ["`save_model`", num(s["save_model_s"], 3)]]
+    return (
+        f"{c['model']}; {c['runs']} in-process loads and {c['processes']} fresh processes per kind, "
+        "kinds alternated; median (min-max). Target: in process <= 1 s.\n\n"
+        + table(["load", "seconds"], rows)
+    )
+
+
+def http(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    spreads = s["spread"]
+    rows = [
+        [f"`{way}`", med(v["decode_tok_s"]), med(v["ttft_ms"]), med(v["cpu_us_per_chunk"], 0)]
+        for way, v in spreads.items()
+    ]
+    ratio_rows = [[name, med(value, 3)] for name, value in s["ratios"].items()]
+    return (
+        f"{c['model']}, {threads(c['threads'])}, {c['max_tokens']} tokens, {c['runs']} alternated rounds; "
+        "median (min-max).\n\n"
+        + table(["way", "decode tok/s", "TTFT ms", "this process's CPU µs/chunk"], rows)
+        + "\n"
+        + table(
+            ["ratio, round by round (targets: HTTP/in-process >= 0.97, TTFT overhead <= 10 ms)", "value"],
+            ratio_rows,
+        )
+    )
+
+
+def server_cpu(d: Result) -> str:
+    s = d["summary"]
+    rows = [[f"`{name}`", num(us, 0)] for name, us in sorted(s["us_per_event_by_thread_name"].items())]
+    return f"{s['events']} streamed events.\n\n" + table(["server thread", "CPU µs per event"], rows)
+
+
+def batching(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    widths = [str(w) for w in c["widths"]]
+    rows = []
+    for quant, q in s.items():
+        engine_rows = q["engine"]
+        rows.append(
+            [
+                quant,
+                med(engine_rows.get("1", {}).get("output_tok_s")),
+                med(engine_rows.get("8", {}).get("output_tok_s")),
+                f"**{med(q.get('engine_8_over_1'), 2)}**",
+                *[med(q["raw_decode_tok_s"].get(w)) for w in widths],
+                med(q.get("raw_8_over_1"), 2),
+                med(q["prompt_tok_s"]),
+            ]
+        )
+    header = [
+        "weights", "engine, 1 stream tok/s", "engine, 8 streams tok/s", "8 / 1",
+        *[f"raw `llama_decode` w={w}" for w in widths], "raw 8 / 1",
+        f"prompt processing ({c['ceiling_tokens']})",
+    ]  # fmt: skip
+    return (
+        f"{c['model']} and its requantizations, {threads(c['threads'])}, {c['prompt_tokens']}-token prompts, "
+        f"{c['max_tokens']} tokens, {plural(c['rounds'], 'round')} (weight types and levels alternated); "
+        "tokens/s, "
+        "median (min-max).\n\n" + table(header, rows)
+    )
+
+
+def step_shapes(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    rows = [[f"`{way}`", med(v)] for way, v in s["tokens_per_s"].items()]
+    return (
+        f"{c['model']}, {threads(c['threads'])}: {c['width']} sequences decoding ({c['depth']} tokens deep) "
+        f"while a {c['prompt']}-token prompt is computed in chunks of {c['chunk']}; "
+        f"{s['tokens_per_run']} tokens (the decode-only ways: their decode tokens) "
+        f"a run, {c['rounds']} rounds, ways alternated; median (min-max).\n\n"
+        + table(["way", "tokens/s"], rows)
+        + f"\nOne fused pass on a unified cache / llmflow's passes, round by round: "
+        f"**{med(s['fused_over_chunked'], 3)}**; the whole prompt in one pass of its own / chunks: "
+        f"{med(s['whole_over_chunked'], 3)}; decode steps alone, unified / own streams: "
+        f"{med(s.get('decode_only_unified_over_own'), 3)}.\n"
+    )
+
+
+def peers(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    header = ["workload", "server", "output tok/s", "TTFT p50 s", "TTFT p99 s", "ITL p50 ms", "ITL p99 ms",
+              "TPOT p50 ms", "failed"]  # fmt: skip
+    rows = []
+    for workload, servers in s.items():
+        for server, r in servers.items():
+            rows.append(
+                [
+                    workload, server, med(r["output_tok_s"]),
+                    med(r["ttft_p50_s"], 2), med(r["ttft_p99_s"], 2),
+                    med(r["itl_p50_s"], 1, 1000), med(r["itl_p99_s"], 1, 1000), med(r["tpot_p50_s"], 1, 1000),
+                    str(r["failed"]),
+                ]
+            )  # fmt: skip
+    intro = (
+        f"{c['model']}, {threads(c['threads'])} for every server, {c['parallel']} batched sequences, "
+        f"{c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy; "
+        f"{plural(c['rounds'], 'round')}, "
+        "servers alternated per workload; median (min-max) over rounds.\n\n"
+    )
+    return intro + table(header, rows) + "\n" + peer_targets(s)
+
+
+def peer_targets(s: Result) -> str:
+    """llmflow against llama-server per workload: the goal is >= its tok/s and <= its TTFT p50."""
+    lines = []
+    for workload, servers in s.items():
+        ours, theirs = servers.get("llmflow"), servers.get("llama-server")
+        if not ours or not theirs:
+            continue
+        rate = ratio(ours["output_tok_s"], theirs["output_tok_s"])
+        ttft = ratio(ours["ttft_p50_s"], theirs["ttft_p50_s"])
+        met = "met" if rate is not None and ttft is not None and rate >= 1 and ttft <= 1 else "missed"
+        lines.append(
+            f"- {workload}: llmflow / llama-server output tok/s {num(rate, 2)}, "
+            f"TTFT p50 {num(ttft, 2)}: {met}"
+        )
+    if not lines:
+        return ""
+    return (
+        "Against llama-server (goal: tok/s ratio >= 1 and TTFT p50 ratio <= 1), medians:\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
+def ratio(a: dict | None, b: dict | None) -> float | None:
+    return a["median"] / b["median"] if a and b and b["median"] else None
+
+
+def spark(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    first = s["spark_first_job"]
+    rows = [
+        ["in-process `predict`", med(s["in_process_rows_per_s"], 2)],
+        [f"Spark `{c['master']}`, first job (starts workers, loads engines)", num(first["rows_per_s"], 2)],
+        [f"Spark `{c['master']}`, warm job", med(s["spark_warm_job_rows_per_s"], 2)],
+        [
+            "**warm Spark / in process, round by round**",
+            f"**{med(s['spark_warm_over_in_process_rows_per_s'], 2)}**",
+        ],
+    ]
+    return (
+        f"{c['prompts']} prompts, {c['max_tokens']} tokens, {c['partitions']} partitions, "
+        f"{c['rounds']} rounds "
+        f"alternated; Spark session start {num(s['spark_session_start_s'], 1)} s; every answer equal to the "
+        f"in-process one: {s['answers_equal']}.\n\n" + table(["job", "rows/s"], rows)
+    )
+
+
+def soak(d: Result) -> str:
+    s = d["summary"]
+    keys = [k for k, v in s.items() if isinstance(v, (int, float, bool, str)) and k != "samples"]
+    return table(["check", "value"], [[f"`{k}`", str(s[k])] for k in keys])
+
+
+RENDERERS: dict[str, Callable[[Result], str]] = {
+    "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "server_cpu": server_cpu,
+    "batching": batching, "step_shapes": step_shapes, "peers": peers, "spark": spark,
+    "soak": soak, "load": soak,
+}  # fmt: skip
+
+
+def readme_batching(d: Result) -> str:
+    parts = []
+    for quant, q in d["summary"].items():
+        parts.append(
+            f"{quant}: {med(q.get('engine_8_over_1'), 2)}x on the batching engine, "
+            f"{med(q.get('raw_8_over_1'), 2)}x for raw `llama_decode`"
+        )
+    return "8 streams against 1 (" + "; ".join(parts) + ")"
+
+
+def readme_tracing(d: Result) -> str:
+    return f"about {med(d['summary']['wrapper_us_per_chunk']['traced'], 1)} µs per chunk"
+
+
+INLINE: dict[str, tuple[str, Callable[[Result], str]]] = {
+    "readme-batching": ("batching", readme_batching),
+    "readme-tracing": ("tracing", readme_tracing),
+}
+
+
+def section(name: str, results: Path) -> str:
+    if name in INLINE:
+        source, render = INLINE[name]
+        document, path = load(results, source)
+        if document is None:
+            return f"(not measured yet: `python -m benchmarks run {source}`)"
+        smoke = "; a smoke run on a busy machine, not to quote" if document["quick"] else ""
+        return f"{render(document)} (`{path}`{smoke})"
+    if name not in RENDERERS:
+        raise SystemExit(f"no renderer for the generated part {name!r}")
+    document, path = load(results, name)
+    if document is None:
+        return missing(name)
+    return RENDERERS[name](document) + "\n" + provenance(document, path)
+
+
+def render_text(text: str, results: Path) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(2)
+        body = section(name, results)
+        if name in INLINE:  # inline: no new lines of its own
+            return f"{match.group(1).rstrip()}{body}{match.group(4)}"
+        return f"{match.group(1)}{body}{match.group(4)}"
+
+    return MARKER.sub(replace, text)
+
+
+def render_all(results: Path, write: bool = True) -> list[str]:
+    """Rewrite every generated part; return the documents that changed."""
+    assert set(RENDERERS) <= set(BY_NAME)
+    changed = []
+    for path in DOCUMENTS:
+        text = path.read_text(encoding="utf-8")
+        new = render_text(text, results)
+        if new != text:
+            changed.append(path.name)
+            if write:
+                path.write_text(new, encoding="utf-8")
+    return changed

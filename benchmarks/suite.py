@@ -1,0 +1,95 @@
+"""Every CPU benchmark, how `python -m benchmarks run` starts it, and where its result goes.
+
+A full run writes `benchmarks/results/<name>.json`; `--quick` runs a smoke version of each (few
+rounds, short answers) into `benchmarks/results/quick/`, so that it never replaces a full result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    module: str
+    args: tuple[str, ...]
+    quick: tuple[str, ...]
+    about: str
+    env: tuple[tuple[str, str], ...] = ()
+
+    def result(self, quick: bool, root: Path = RESULTS) -> Path:
+        return (root / "quick" if quick else root) / f"{self.name}.json"
+
+    def command(self, quick: bool, out: Path, python: str = "python") -> list[str]:
+        return [python, "-m", self.module, *(self.quick if quick else self.args), "--out", str(out)]
+
+
+SUITE: tuple[Benchmark, ...] = (
+    Benchmark(
+        "engine", "benchmarks.bench_engine",
+        ("--runs", "9", "--max-tokens", "256"), ("--runs", "2", "--max-tokens", "32"),
+        "LLM.stream against raw llama-cpp-python on one model object",
+    ),
+    Benchmark(
+        "tracing", "benchmarks.bench_tracing",
+        ("--runs", "9", "--max-tokens", "256"), ("--runs", "2", "--max-tokens", "32"),
+        "predict_stream with MLflow tracing on, off and timings only",
+    ),
+    Benchmark(
+        "mlflow_load", "benchmarks.bench_mlflow_load",
+        ("--runs", "7", "--processes", "5"), ("--runs", "2", "--processes", "1"),
+        "mlflow.pyfunc.load_model in process and in fresh processes",
+    ),
+    Benchmark(
+        "http", "benchmarks.bench_http",
+        ("--runs", "21", "--max-tokens", "128"), ("--runs", "2", "--max-tokens", "32"),
+        "one stream over HTTP against the same stream in process",
+    ),
+    Benchmark(
+        "server_cpu", "benchmarks.server_cpu",
+        ("--streams", "3", "--max-tokens", "256"), ("--streams", "1", "--max-tokens", "32"),
+        "CPU per streamed event by server thread",
+    ),
+    Benchmark(
+        "batching", "benchmarks.bench_batching",
+        ("--rounds", "5", "--concurrency", "1,8"),
+        ("--rounds", "1", "--concurrency", "1,8", "--max-tokens", "16", "--requests", "8", "--widths", "1,8"),
+        "8 streams against 1 per weight type, beside raw llama_decode per batch width",
+    ),
+    Benchmark(
+        "step_shapes", "benchmarks.bench_step_shapes",
+        ("--rounds", "7"), ("--rounds", "2"),
+        "one scheduler step: own passes per prompt chunk against one fused pass",
+    ),
+    Benchmark(
+        "peers", "benchmarks.peers.compare_servers",
+        ("--rounds", "5"),
+        ("--rounds", "1", "--concurrency", "1,4", "--rates", "1", "--rate-requests", "8",
+         "--max-tokens", "16", "--requests", "8", "--prefix-concurrency", "2", "--quick"),
+        "llmflow serve, llama-server, the example server and llama_cpp.server side by side",
+    ),
+    Benchmark(
+        "spark", "benchmarks.bench_spark",
+        ("--prompts", "64", "--max-tokens", "64", "--rounds", "5", "--skip-oversubscribed"),
+        ("--prompts", "8", "--max-tokens", "16", "--rounds", "1", "--skip-oversubscribed"),
+        "in-process predict against spark_udf on local[2]",
+        env=(("SPARK_LOCAL_IP", "127.0.0.1"),),
+    ),
+    Benchmark(
+        "soak", "benchmarks.soak_disconnect",
+        ("--streams", "1000", "--clients", "8"), ("--streams", "30", "--clients", "4", "--warmup", "2"),
+        "streams cut by their clients: nothing leaks",
+    ),
+    Benchmark(
+        "load", "benchmarks.load_test",
+        ("--clients", "32", "--duration", "120", "--max-queue", "8"),
+        ("--clients", "8", "--duration", "10", "--max-queue", "4"),
+        "more clients than the queue takes: refusals, no errors",
+    ),
+)  # fmt: skip
+
+BY_NAME = {b.name: b for b in SUITE}

@@ -1,0 +1,124 @@
+"""The benchmark result format and the renderer that turns stored results into BENCHMARKS.md's
+tables: provenance on every table, smoke runs marked, and the committed documents up to date."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import render  # noqa: E402
+from benchmarks.record import SCHEMA, Recording, paired_ratios, spread  # noqa: E402
+from benchmarks.suite import BY_NAME, RESULTS  # noqa: E402
+
+
+def test_spread_keeps_every_measured_value_and_drops_missing_ones():
+    assert spread([3.0, 1.0, None, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert spread([None]) is None
+
+
+def test_ratios_are_taken_round_by_round():
+    # the median of per-round ratios, not the ratio of medians
+    assert paired_ratios([10.0, 30.0, 20.0], [10.0, 10.0, 40.0]) == {
+        "median": 1.0,
+        "min": 0.5,
+        "max": 3.0,
+        "n": 3,
+    }
+    with pytest.raises(ValueError):
+        paired_ratios([1.0], [1.0, 2.0])
+
+
+def test_a_result_file_says_where_and_when_it_was_measured(tmp_path):
+    recording = Recording.begin("engine")
+    local = tmp_path / "models" / "model.gguf"
+    out = tmp_path / "engine.json"
+    written = recording.write(
+        out, config={"model": str(local)}, samples={"raw": [1.0, 2.0]}, summary={}, hide=[local]
+    )
+    stored = json.loads(out.read_text())
+    assert stored == written
+    assert stored["schema"] == SCHEMA and stored["benchmark"] == "engine"
+    assert stored["config"]["model"] == "model.gguf"  # no local paths
+    assert str(tmp_path) not in out.read_text()
+    machine = stored["machine"]
+    assert machine["cpu_model"] and machine["usable_cores"] >= 1
+    assert {"load_1m_start", "load_1m_end", "llama_cpp_system_info", "packages"} <= set(machine)
+    assert "llama-cpp-python" in machine["packages"]
+    assert len(stored["commit"]["sha"]) == 40
+    assert stored["samples"] == {"raw": [1.0, 2.0]}
+
+
+def engine_result(path: Path, quick: bool) -> None:
+    summary = {
+        "llmflow_tokens_per_s": spread([100.0, 104.0, 102.0]),
+        "raw_tokens_per_s": spread([99.0, 101.0, 100.0]),
+        "llmflow_ttft_ms": spread([50.0, 52.0]),
+        "raw_ttft_ms": spread([49.0, 51.0]),
+        "tokens_per_s_ratio": paired_ratios([100.0, 104.0, 102.0], [99.0, 101.0, 100.0]),
+        "ttft_delta_ms": spread([1.0, 1.0]),
+    }
+    config = {"model": "model.gguf", "threads": 2, "max_tokens": 16, "runs": 3}
+    Recording.begin("engine", quick=quick).write(path, config=config, samples={}, summary=summary)
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_a_table_is_rendered_with_its_provenance(tmp_path, quick):
+    where = tmp_path / "quick" / "engine.json" if quick else tmp_path / "engine.json"
+    engine_result(where, quick)
+    text = "before\n<!-- BEGIN GENERATED: engine -->\nstale\n<!-- END GENERATED: engine -->\nafter\n"
+    rendered = render.render_text(text, tmp_path)
+    assert rendered.startswith("before\n<!-- BEGIN GENERATED: engine -->\n") and rendered.endswith("after\n")
+    assert "stale" not in rendered
+    assert "102.0 (100.0-104.0)" in rendered  # median (min-max)
+    assert "python -m benchmarks run engine" in rendered
+    assert "1-minute load average" in rendered
+    assert ("Smoke run" in rendered) is quick
+    assert render.render_text(rendered, tmp_path) == rendered  # rendering twice changes nothing
+
+
+def test_a_missing_result_says_how_to_make_it(tmp_path):
+    text = "<!-- BEGIN GENERATED: peers -->\n<!-- END GENERATED: peers -->\n"
+    assert "python -m benchmarks run peers" in render.render_text(text, tmp_path)
+
+
+def test_every_generated_part_has_a_renderer_and_the_documents_are_up_to_date():
+    for document in render.DOCUMENTS:
+        for match in render.MARKER.finditer(document.read_text(encoding="utf-8")):
+            name = match.group(2)
+            assert name in render.RENDERERS or name in render.INLINE, name
+    assert set(render.RENDERERS) <= set(BY_NAME)
+    assert render.render_all(RESULTS, write=False) == [], "run python -m benchmarks render"
+
+
+def test_the_peer_build_uses_the_pinned_llama_cpp_python():
+    from benchmarks.peers.build_llama_server import pinned_version
+
+    pin = pinned_version()
+    assert f'"llama-cpp-python=={pin}"' in (REPO / "pyproject.toml").read_text()
+
+
+def test_every_shared_prefix_request_starts_with_the_same_system_prompt(tmp_path):
+    from benchmarks.peers.compare_servers import shared_prefix_dataset
+    from llmflow.bench.workload import dataset_requests
+
+    path = shared_prefix_dataset(tmp_path / "prefix.jsonl", 6, system_words=50, seed=0)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    systems = {row["messages"][0]["content"] for row in rows}
+    questions = {row["messages"][1]["content"] for row in rows}
+    assert len(systems) == 1 and len(questions) == 6
+    assert len(dataset_requests(path, 6, max_tokens=8)) == 6  # llmflow bench reads it
+
+
+def test_the_recorded_command_names_no_local_paths():
+    from benchmarks.record import command_line
+
+    script = str(REPO / "benchmarks" / "peers" / "compare_servers.py")
+    argv = [script, "--example-server", "/somewhere/else/server.py", "--rounds", "5"]
+    expected = "python -m benchmarks.peers.compare_servers --example-server <server.py> --rounds 5"
+    assert command_line(argv) == expected
