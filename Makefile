@@ -15,21 +15,23 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TEST_EXTRAS := test,bench,compare,transformers,spark
+# prints a line whenever a step has been quiet for a few seconds (pip is, while it installs torch)
+HEARTBEAT := $(PYTHON) scripts/heartbeat.py
 
 .PHONY: demo test lint bench install install-test system-packages clean
 
 $(VENV)/.core: pyproject.toml scripts/build_llama_cpp.py
 	@echo "==> Creating $(VENV) with the core of llmflow (about 2 minutes, plus the llama.cpp build)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(HEARTBEAT) "upgrading pip" -- $(PY) -m pip install --quiet --upgrade pip
 	$(PYTHON) scripts/build_llama_cpp.py --python $(PY)
 	@echo "==> Installing llmflow, MLflow and the embedded model"
-	$(PY) -m pip install --progress-bar on -e .
+	$(HEARTBEAT) "installing llmflow and MLflow" -- $(PY) -m pip install -e .
 	touch $@
 
 $(VENV)/.test: $(VENV)/.core
 	@echo "==> Adding what the tests need: torch (CPU), transformers, pyspark, Playwright, ... (about 3 minutes, 2 GB)"
-	$(PY) -m pip install --progress-bar on -e ".[$(TEST_EXTRAS)]"
+	$(HEARTBEAT) "installing the test extras" -- $(PY) -m pip install -e ".[$(TEST_EXTRAS)]"
 	touch $@
 
 install: $(VENV)/.core

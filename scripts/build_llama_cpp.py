@@ -29,6 +29,8 @@ import time
 from collections import deque
 from pathlib import Path
 
+import heartbeat  # beside this file
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "llama-cpp-python"
 #: /proc/cpuinfo flag -> the ggml CMake option that compiles code for it
@@ -112,37 +114,45 @@ def _run_showing_progress(command: list[str], env: dict[str, str]) -> None:
     """Run pip, print the compiler's step count as it goes and the tail of the log if it fails."""
     step = re.compile(r"^\s*\[(\d+)/(\d+)\]")
     tail: deque[str] = deque(maxlen=60)
-    started, last_shown = time.monotonic(), -1
-    with subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-    ) as process:
-        assert process.stdout is not None
-        for line in process.stdout:
-            tail.append(line.rstrip())
+    started = time.monotonic()
+    shown = {"percent": -5}
+    pending = bytearray()
+
+    def on_output(data: bytes) -> None:
+        pending.extend(data)
+        *lines, rest = pending.split(b"\n")
+        pending[:] = rest
+        for raw in lines:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            tail.append(line)
             match = step.match(line)
             if match:
                 done, total = int(match.group(1)), int(match.group(2))
                 percent = 100 * done // total
-                if percent // 10 != last_shown // 10 or done == total:
-                    last_shown = percent
+                if percent >= shown["percent"] + 5 or done == total:
+                    shown["percent"] = percent
                     elapsed = time.monotonic() - started
                     print(f"    compiled {done}/{total} files ({elapsed:.0f} s)", flush=True)
             elif line.startswith(("Collecting", "Downloading", "Building wheel", "Created wheel")):
                 print("    " + line.strip(), flush=True)
-    if process.returncode != 0:
+
+    code = heartbeat.watch(command, "building llama.cpp", on_output, env=env)
+    if code != 0:
         print("\n".join(tail), file=sys.stderr)
-        raise SystemExit(f"building {PACKAGE} failed (exit {process.returncode}); its last lines are above")
+        raise SystemExit(f"building {PACKAGE} failed (exit {code}); its last lines are above")
 
 
 def install(python: str, wheel: Path, venv_marker: Path, key: str) -> None:
     if venv_marker.exists() and venv_marker.read_text().strip() == key:
         print(f"==> llama.cpp for this CPU is installed already ({wheel.name})", flush=True)
         return
-    subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel)], check=True
-    )
-    # its own requirements, from the registry as usual
-    subprocess.run([python, "-m", "pip", "install", "--quiet", str(wheel)], check=True)
+    print(f"==> Installing llama.cpp for this CPU ({wheel.name}) and what it needs", flush=True)
+    for command in (
+        [python, "-m", "pip", "install", "--force-reinstall", "--no-deps", str(wheel)],
+        [python, "-m", "pip", "install", str(wheel)],  # its own requirements, from the registry
+    ):
+        if heartbeat.watch(command, "installing llama.cpp", heartbeat.pass_through) != 0:
+            raise SystemExit(f"installing {wheel} failed; pip's message is above")
     venv_marker.write_text(key + "\n")
 
 
