@@ -42,12 +42,8 @@ def backend(model_path: Path, args: argparse.Namespace, unified: bool) -> Any:
     """A `LlamaStepBackend` as the batching engine makes it, with or without a unified KV cache."""
     import llama_cpp
 
-    from llmflow.engines.llama_cpp_batched import (
-        LlamaCppBatchedOptions,
-        LlamaStepBackend,
-        _load_model,
-        resolve_load,
-    )
+    from llmflow.engines.llama_cpp import resolve_load
+    from llmflow.engines.llama_cpp_batched import LlamaCppBatchedOptions, LlamaStepBackend, _load_model
 
     options = LlamaCppBatchedOptions.parse(
         {

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -106,6 +106,19 @@ def placement(options: LlamaCppOptions, gpu_backend: bool) -> Placement:
     return Placement(layers, flash_attn, KV_CACHE_TYPES[options.kv_cache_type])
 
 
+OptionsT = TypeVar("OptionsT", bound="LlamaCppOptions")
+
+
+def resolve_load(llama_cpp: Any, options: OptionsT) -> tuple[OptionsT, Placement]:
+    """What both llama.cpp engines decide before loading: the options with the extra-buffer
+    decision made (kept in them, so that `engine.options` says what was loaded) and where the
+    model runs."""
+    options = options.model_copy(
+        update={"extra_buffers": decide_extra_buffers(llama_cpp, options.extra_buffers)}
+    )
+    return options, placement(options, has_gpu_backend(llama_cpp))
+
+
 def has_gpu_backend(llama_cpp: Any) -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
@@ -154,11 +167,7 @@ class LlamaCppEngine(VocabMethods, Engine):
         llama_cpp = import_llama_cpp(cls.name)
         from llama_cpp import Llama
 
-        # the decision is kept in the options, so that `engine.options` says what was loaded
-        parsed = parsed.model_copy(
-            update={"extra_buffers": decide_extra_buffers(llama_cpp, parsed.extra_buffers)}
-        )
-        where = placement(parsed, has_gpu_backend(llama_cpp))
+        parsed, where = resolve_load(llama_cpp, parsed)
         try:
             with model_params_override(use_extra_bufts=parsed.extra_buffers):
                 llama = Llama(

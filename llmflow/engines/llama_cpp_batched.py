@@ -23,16 +23,14 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from llmflow.engines.base import Engine
-from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp import (
     LlamaCppOptions,
     LlamaVocab,
     Placement,
     VocabMethods,
     gguf_file,
-    has_gpu_backend,
     import_llama_cpp,
-    placement,
+    resolve_load,
     usable_cores,
 )
 from llmflow.engines.openmp import release_thread_team
@@ -226,15 +224,6 @@ def default_parallel(n_ctx: int, kv_bytes_per_token: int, cores: int, *, on_gpu:
     if on_gpu:
         return max(1, min(GPU_MAX_SEQUENCES, GPU_KV_BUDGET_BYTES // per_sequence))
     return max(1, min(MAX_SEQUENCES_PER_CORE * cores, KV_BUDGET_BYTES // per_sequence))
-
-
-def resolve_load(llama_cpp: Any, options: LlamaCppBatchedOptions) -> tuple[LlamaCppBatchedOptions, Placement]:
-    """The options with the extra-buffer decision made (kept in them, so that `engine.options`
-    says what was loaded) and where the model runs."""
-    options = options.model_copy(
-        update={"extra_buffers": decide_extra_buffers(llama_cpp, options.extra_buffers)}
-    )
-    return options, placement(options, has_gpu_backend(llama_cpp))
 
 
 def _load_model(llama_cpp: Any, path: Path, options: LlamaCppOptions, where: Placement) -> Any:
