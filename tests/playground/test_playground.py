@@ -43,10 +43,10 @@ def stats(answer: Any) -> dict[str, str]:
     return answer.locator(".stats").evaluate("el => ({...el.dataset})")
 
 
-def test_a_streamed_answer_grows_in_place(open_page, screenshot):
+def test_a_streamed_answer_grows_in_place(open_page, screenshot, served):
     page, log = open_page()
     wait_ready(page)
-    expect(page.locator("#engine-name")).to_have_text("llama_cpp")
+    expect(page.locator("#engine-name")).to_have_text(served.engine_name)
     page.evaluate(WATCH_ANSWER_LENGTHS)
     page.fill("#max-tokens", "24")
     page.check("#show-chunks")
