@@ -9,12 +9,25 @@ import threading
 import time
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A command started in the background by a non-interactive shell (as `make test` may be)
+    inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler; the command
+    under test gets Ctrl-C as a terminal would deliver it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Interactive:
     """A running command whose stdout and stderr are collected as they arrive."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None):
         self.proc = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, bufsize=0
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            bufsize=0,
+            preexec_fn=_ctrl_c_as_in_a_terminal,
         )
         self._buffers = {"out": bytearray(), "err": bytearray()}
         self._lock = threading.Lock()
