@@ -23,6 +23,8 @@ DEFAULT_PROMPT = "What is MLflow? Answer in two sentences."
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # MLflow's first import on a fresh install takes a while (compiling its modules): say so first
+    print("starting MLflow (its first import takes a few seconds on a fresh install)", flush=True)
     _quiet_mlflow()
     from mlflow.exceptions import MlflowException
 
