@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.record import SCHEMA
+from benchmarks.render_gpu import GPU_PARTS, gpu_section
 from benchmarks.suite import BY_NAME
 
 REPO = Path(__file__).resolve().parents[1]
@@ -321,6 +322,8 @@ def section(name: str, results: Path) -> str:
             return f"(not measured yet: `python -m benchmarks run {source}`)"
         smoke = "; a smoke run on a busy machine, not to quote" if document["quick"] else ""
         return f"{render(document)} (`{path}`{smoke})"
+    if name in GPU_PARTS:
+        return gpu_section(name, results)
     if name not in RENDERERS:
         raise SystemExit(f"no renderer for the generated part {name!r}")
     document, path = load(results, name)

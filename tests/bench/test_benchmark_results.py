@@ -91,9 +91,20 @@ def test_every_generated_part_has_a_renderer_and_the_documents_are_up_to_date():
     for document in render.DOCUMENTS:
         for match in render.MARKER.finditer(document.read_text(encoding="utf-8")):
             name = match.group(2)
-            assert name in render.RENDERERS or name in render.INLINE, name
+            assert name in render.RENDERERS or name in render.INLINE or name in render.GPU_PARTS, name
     assert set(render.RENDERERS) <= set(BY_NAME)
     assert render.render_all(RESULTS, write=False) == [], "run python -m benchmarks render"
+
+
+def test_gpu_tables_come_from_the_files_the_gpu_scripts_wrote():
+    """The GPU parts name their result files and their commands, and show the failures as failures."""
+    llama = render.section("gpu-llama-cpp", RESULTS)
+    assert "benchmarks/results/llama_cpp_gpu_h200_run1.json" in llama
+    assert "benchmarks/gpu/bench_llama_cpp_gpu.py" in llama
+    assert "requests completed" in llama and "missed" in llama and "met" in llama
+    assert "bench_transformers_gpu.py" in render.section("gpu-transformers", RESULTS)
+    exllama = render.section("gpu-exllamav2", RESULTS)
+    assert "exllamav2_gpu_8b_r11.json" in exllama and "exllamav2_gpu.json`" not in exllama
 
 
 def test_the_peer_build_uses_the_pinned_llama_cpp_python():

@@ -1,0 +1,183 @@
+"""BENCHMARKS.md's GPU tables, rendered from the files the GPU scripts wrote on the GPU machine.
+
+The GPU scripts predate the common result format (`benchmarks/record.py`) and keep their own
+layouts; each renderer here reads one script's layout as the script wrote it, so no GPU number in
+the documents is typed by hand. A file assembled by hand is not rendered at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Result = dict[str, Any]
+
+
+def num(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
+    return "-" if value is None else f"{value * scale:,.{digits}f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
+def target(value: float | None, goal: float, above: bool = True) -> str:
+    if value is None:
+        return "-"
+    met = value >= goal if above else value <= goal
+    sign = "≥" if above else "≤"
+    return f"{num(value, 2 if value >= 0.1 else 3)} (target {sign} {goal}: {'met' if met else 'missed'})"
+
+
+# -- llama.cpp engines against llama-server (benchmarks/gpu/bench_llama_cpp_gpu.py) ---------------
+def llama_cpp_gpu(d: Result) -> str:
+    rows = []
+    for label, entry in d["models"].items():
+        ceiling = entry["batched_bench"]["streams"]["decode_tok_s"]
+        ours, theirs = entry["servers"]["llmflow"], entry["servers"]["llama-server"]
+        for level, row in ours.items():
+            other = theirs.get(level)
+            rate = row["output_tok_s"] / other["output_tok_s"] if other else None
+            goal = 0.97 if level == "1" else 1.0
+            rows.append(
+                [label, level, _server_cell(row), _server_cell(other) if other else "-",
+                 target(rate, goal), num(ceiling.get(level)), _ceiling_ratio(row, ceiling.get(level), level)]
+            )  # fmt: skip
+    header = ["model", "concurrency", "llmflow serve", "llama-server", "llmflow / llama-server",
+              "llama-batched-bench decode", "llmflow / batched-bench"]  # fmt: skip
+    c = d["config"]
+    intro = (
+        f"Output tokens/s of the server's median round of {c['rounds']} [min-max over rounds] "
+        f"(TTFT p50 / ITL p50 in ms); {c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy. "
+        "A row where requests failed shows how many completed: it is a failure, not a speed.\n\n"
+    )
+    return intro + table(header, rows) + "\n" + _unified(d) + "\n" + _step_split(d)
+
+
+def _server_cell(row: Result) -> str:
+    summary = row["summary_of_median_round"]
+    low, high = row["output_tok_s_min_max"]
+    if summary["failed"]:
+        total = summary["completed"] + summary["failed"]
+        return f"{num(row['output_tok_s'])} ({summary['completed']} of {total} requests completed)"
+    timing = f"{num(row['ttft_p50_s'], 0, 1000)} / {num(row['itl_p50_s'], 1, 1000)}"
+    return f"{num(row['output_tok_s'])} [{num(low, 0)}-{num(high, 0)}] ({timing})"
+
+
+def _ceiling_ratio(row: Result, ceiling: float | None, level: str) -> str:
+    if not ceiling:
+        return "-"
+    value = row["output_tok_s"] / ceiling
+    return target(value, 0.9) if level == "64" else num(value, 2)
+
+
+def _unified(d: Result) -> str:
+    """llama-batched-bench with a KV stream per sequence against one unified KV pool."""
+    rows = []
+    for label, entry in d["models"].items():
+        streams, unified = entry["batched_bench"]["streams"], entry["batched_bench"].get("unified", {})
+        for level, rate in streams["decode_tok_s"].items():
+            rows.append([label, level, num(rate), num(unified.get("decode_tok_s", {}).get(level))])
+    title = "`llama-batched-bench` decode tok/s, a KV stream per sequence against one unified pool (`-kvu`)"
+    return title + ":\n\n" + table(["model", "sequences", "streams", "unified"], rows)
+
+
+def _step_split(d: Result) -> str:
+    """Where an in-process step of the engine goes, at the highest concurrency."""
+    rows = []
+    for label, entry in d["models"].items():
+        s = entry.get("step_split")
+        if not s:
+            continue
+        per_sample = s["sample_s_median"] / s["engine_options"]["parallel"]
+        rows.append(
+            [label, num(s["step_s_median"], 1, 1000), num(s["gpu_s_median"], 1, 1000),
+             f"{num(s['sample_s_median'], 1, 1000)} ({num(per_sample, 2, 1000)} a sequence)",
+             f"{num(s['python_s_median'], 2, 1000)} (p90 {num(s['python_s_p90'], 2, 1000)})",
+             str(s["full_decode_steps"])]
+        )  # fmt: skip
+    header = ["model", "step ms", "forward pass (GPU, waited for) ms", "samplers (CPU) ms",
+              "the rest (scheduler's Python) ms", "steps measured"]  # fmt: skip
+    return "Where a step goes, the engine in process at full concurrency (medians):\n\n" + table(header, rows)
+
+
+# -- transformers engine (benchmarks/bench_transformers_gpu.py) ----------------------------------
+TRANSFORMERS_PATHS = (
+    ("one stream, static cache, compiled", "static"),
+    ("one stream, dynamic cache", "dynamic"),
+    ("64 streams, continuous batching, greedy", "batch"),
+    ("64 streams with the sampling processors on", "batch_sampling"),
+)
+
+
+def transformers_gpu(files: list[Result]) -> str:
+    rows = []
+    for d in files:
+        sections, page = d["sections"], d["setup"].get("page_size", "-")
+        for title, key in TRANSFORMERS_PATHS:
+            raw, ours = sections.get(f"raw_{key}"), sections.get(f"llmflow_{key}")
+            if not raw or not ours:
+                continue
+            where = f"{title}, page {page}" if key.startswith("batch") else title
+            ttft = f" (TTFT {num(ours['ttft_s'], 0, 1000)} ms)" if "ttft_s" in ours else ""
+            rate = num(ours["tok_s"] / raw["tok_s"], 2)
+            rows.append([where, num(raw["tok_s"]), num(ours["tok_s"]) + ttft, rate])
+    setup = files[0]["setup"]
+    intro = (
+        f"{setup['model']} ({setup['dtype'].removeprefix('torch.')}, "
+        f"{num(setup['weight_bytes'], 2, 1e-9)} GB), "
+        f"{setup['prompt_tokens']}-token prompts, {setup['new_tokens']} new tokens, greedy; "
+        f"{setup['gpu']}, torch {setup['torch']}, transformers {setup['transformers']}, "
+        f"{setup['attn_implementation']} attention. A device-to-device copy moved "
+        f"{num(setup['copy_bandwidth_bytes_s'], 2, 1e-12)} TB/s: reading every weight once a token caps "
+        f"one stream at {num(setup['roofline_tok_s_measured'], 0)} tok/s.\n\n"
+    )
+    return intro + table(["path", "raw transformers tok/s", "llmflow tok/s", "llmflow / raw"], rows)
+
+
+# -- ExLlamaV2 engine (benchmarks/bench_exllamav2_gpu.py) ----------------------------------------
+def exllamav2_gpu(files: list[Result]) -> str:
+    rows = []
+    for d in files:
+        for r in d["results"]:
+            spread = r["llmflow_tokens_per_s_runs"] + r["raw_tokens_per_s_runs"]
+            rows.append(
+                [r["shape"], r["cache_type"], str(d["runs"]), num(r["llmflow_tokens_per_s"]),
+                 num(r["raw_tokens_per_s"]), target(r["tokens_per_s_ratio"], 0.97),
+                 f"{num(r['llmflow_ttft_ms'])} / {num(r['raw_ttft_ms'])}",
+                 f"{num(min(spread), 0)}-{num(max(spread), 0)}",
+                 f"{num(r['llmflow_fraction_of_roofline'] * 100, 0)}%"]
+            )  # fmt: skip
+    header = ["model", "KV cache", "runs each", "llmflow tok/s", "ExLlamaV2 tok/s", "ratio",
+              "TTFT ms llmflow / ExLlamaV2", "per-run spread tok/s", "of the HBM roofline"]  # fmt: skip
+    machine = files[0]["machine"]
+    return (
+        f"Medians of alternated runs; {machine['gpu']}, torch {machine['torch']}, exllamav2 "
+        f"{machine['exllamav2']}.\n\n" + table(header, rows)
+    )
+
+
+# -- the parts of the documents these write -----------------------------------------------------
+#: generated part -> (result files, renderer of their contents)
+GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
+    "gpu-llama-cpp": (("llama_cpp_gpu_h200_run1.json",), lambda files: llama_cpp_gpu(files[0])),
+    "gpu-transformers": (
+        ("transformers_gpu.json", "transformers_gpu_batch_page64.json", "transformers_gpu_batch_page32.json"),
+        transformers_gpu,
+    ),
+    "gpu-exllamav2": (("exllamav2_gpu_8b_r11.json",), exllamav2_gpu),
+}
+
+
+def gpu_section(name: str, results: Path) -> str:
+    names, render = GPU_PARTS[name]
+    files = [json.loads((results / n).read_text(encoding="utf-8")) for n in names]
+    sources = ", ".join(f"`benchmarks/results/{n}`" for n in names)
+    commands = "; ".join(f"`{d['command']}`" for d in files if "command" in d)
+    commits = {d["commit"][:10] for d in files if "commit" in d}
+    origin = f"Result {sources}" + (f", written by {commands}" if commands else "")
+    origin += f" at commit `{', '.join(sorted(commits))}`" if commits else ""
+    return render(files) + "\n" + origin + " on the GPU machine (one run of the machine).\n"
