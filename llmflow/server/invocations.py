@@ -94,10 +94,20 @@ async def invocations(request: Request) -> Response:
     return await invoke(request, ping=True)
 
 
+#: on Databricks' path every error is in Databricks' shape (`{"error_code", "message"}`)
+_SERVING_ENDPOINT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: _RESPONSES[200],
+    **{
+        status: {"model": MlflowErrorResponse, "description": "an error in Databricks' shape"}
+        for status in (400, 401, 404, 413, 415, 429, 503, 504)
+    },
+}
+
+
 @router.post(
     "/serving-endpoints/{name}/invocations",
     response_model=None,
-    responses=_RESPONSES,
+    responses=_SERVING_ENDPOINT_RESPONSES,
     openapi_extra={"requestBody": _REQUEST_BODY},
 )
 async def serving_endpoint_invocations(name: str, request: Request) -> Response:
