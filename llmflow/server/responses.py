@@ -62,7 +62,37 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     return await answer(state, request, llm, prepared, events, timings, stream=body.stream, inputs=inputs)
 
 
-@router.post("/responses", response_model=None, responses=_DOC, tags=["MLflow"])
+_AGENT_REQUEST = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "description": "MLflow's ResponsesAgentRequest; llmflow sampling params in `custom_inputs`",
+                "required": ["input"],
+                "properties": {
+                    "input": {"type": "array", "items": {"type": "object"}},
+                    "instructions": {"type": "string"},
+                    "max_output_tokens": {"type": "integer"},
+                    "temperature": {"type": "number"},
+                    "top_p": {"type": "number"},
+                    "custom_inputs": {"type": "object"},
+                    "stream": {"type": "boolean", "default": False},
+                },
+                "additionalProperties": True,
+            }
+        }
+    },
+}
+
+
+@router.post(
+    "/responses",
+    response_model=None,
+    responses=_DOC,
+    tags=["MLflow"],
+    openapi_extra={"requestBody": _AGENT_REQUEST},
+)
 async def agent_responses(request: Request) -> Response:
     """MLflow AgentServer's route for OpenAI clients: a `ResponsesAgentRequest` (`model` is not
     needed), answered in the Responses format; llmflow sampling params go in `custom_inputs`."""
