@@ -3,12 +3,14 @@ with the official client and raw HTTP, on the embedded model."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import openai
 import pytest
 
-from tests.server.conftest import sse_events
+from tests.extras import need
+from tests.server.conftest import TIMEOUT_S, sse_events
 
 OPENING = [
     "response.created",
@@ -123,3 +125,39 @@ def test_agent_server_route_takes_a_responses_agent_request(http):
     )
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "custom_inputs.x"
     assert http.post("/responses", content=b"[1, 2]").status_code == 400
+
+
+def test_the_openai_agents_sdk_runs_an_agent_without_tools(server, model_name):
+    sdk = need("agents", "test")
+    sdk.set_tracing_disabled(True)  # the SDK would send its traces to OpenAI
+    client = openai.AsyncOpenAI(
+        base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT_S
+    )
+    agent = sdk.Agent(
+        name="Assistant",
+        instructions="Reply with one short sentence.",
+        model=sdk.OpenAIResponsesModel(model=model_name, openai_client=client),
+        model_settings=sdk.ModelSettings(max_tokens=96, temperature=0),
+    )
+
+    async def whole() -> str:
+        return (await sdk.Runner.run(agent, "Say hi.")).final_output
+
+    async def streamed() -> str:
+        run = sdk.Runner.run_streamed(agent, "Say hi.")
+        deltas = [
+            event.data.delta
+            async for event in run.stream_events()
+            if event.type == "raw_response_event" and event.data.type == "response.output_text.delta"
+        ]
+        assert "".join(deltas) == run.final_output
+        return run.final_output
+
+    async def both() -> None:  # one event loop: the async client belongs to it
+        for run in (whole, streamed):
+            try:
+                assert await run()
+            except sdk.exceptions.ModelBehaviorError as exc:  # as with OpenAI: an answer cut by
+                assert "max_output_tokens" in str(exc)  # max_output_tokens is not a final output
+
+    asyncio.run(both())
