@@ -20,7 +20,7 @@ from openai import OpenAI
 from llmflow.server import load_served
 from tests.mlflow.conftest import AGENT_NAME
 from tests.mlflow.store import using
-from tests.server.conftest import TIMEOUT_S, running, sse_events
+from tests.server.conftest import TIMEOUT_S, running, sse_events, wait_until_idle
 from tests.server.test_responses import check_events
 
 REQUEST = {"input": [{"role": "user", "content": "Say hi."}], "max_output_tokens": 6}
@@ -119,3 +119,31 @@ def test_llmflow_serve_refuses_a_bad_agent_request_in_mlflows_shape(served_agent
         assert response.status_code == 400 and response.json()["error"]["param"] == "custom_inputs.top_k"
         chat = {"model": AGENT_NAME, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
         assert http.post("/v1/chat/completions", json=chat).status_code == 200  # the same LLM, every route
+
+
+def test_llmflow_serve_batches_agent_streams_and_a_leaving_client_frees_its_sequence(served_agent):
+    engine = served_agent.llm.engine
+    body = {
+        "input": [{"role": "user", "content": "Count to a hundred: 1, 2, 3,"}],
+        "max_output_tokens": 400,
+        "stream": True,
+    }
+    with running(served_agent) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http:
+        free = engine.stats().free_sequences
+        streams = []
+        for path in ("/invocations", "/responses"):
+            response = http.send(http.build_request("POST", path, json=body), stream=True)
+            lines = response.iter_lines()
+            assert response.status_code == 200
+            deltas = 0
+            for line in lines:
+                deltas += '"response.output_text.delta"' in line
+                if deltas == 2:
+                    break
+            streams.append((response, lines))
+        # both decode together (unless one already ended: a chat answer may end at any token)
+        assert free - 2 <= engine.stats().free_sequences < free
+        for response, _ in streams:
+            response.close()
+        wait_until_idle(http)
+        assert engine.stats().free_sequences == free
