@@ -10,6 +10,13 @@ MLflow's `predict_stream` would (`mlflow_scoring.stream_input`) and by the model
 a prepared request, streamed like an OpenAI route's and written as the model's chunk dicts. Only
 a third-party model's stream runs through its pyfunc `predict_stream`.
 
+A model logged as a ResponsesAgent (`interface="responses"`) is answered as MLflow's AgentServer
+answers it, in the Responses format (`responses.answer_agent`).
+
+`POST /serving-endpoints/{name}/invocations` is Databricks Model Serving's path for the same thing:
+its streams hold nothing but `data:` lines (no ping comments) and its errors are in Databricks'
+shape, as MLflow's Databricks client requires.
+
 With tracing on, each request is one MLflow trace (span `llmflow.invocations`); a third-party model
 that traces itself nests its spans in it.
 """
