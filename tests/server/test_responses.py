@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx
 import openai
 import pytest
 
@@ -161,3 +162,17 @@ def test_the_openai_agents_sdk_runs_an_agent_without_tools(server, model_name):
                 assert "max_output_tokens" in str(exc)  # max_output_tokens is not a final output
 
     asyncio.run(both())
+
+
+def test_an_error_after_streaming_began_is_a_responses_error_event_then_done(start_server, model_name):
+    body = {"model": model_name, "input": "Count: 1, 2, 3,", "max_output_tokens": 2000, "stream": True}
+    with (
+        start_server(request_timeout_s=2.0) as server,
+        httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http,
+    ):
+        events = sse_events(http.post("/v1/responses", json=body).text)
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])
+    assert error["type"] == "error" and error["code"] == "timeout" and error["message"]
+    parsed = [json.loads(e) for e in events[:-2]]
+    assert [e["sequence_number"] for e in [*parsed, error]] == list(range(len(parsed) + 1))
