@@ -49,6 +49,13 @@ def log(
             show_default=False,
         ),
     ] = None,
+    interface: Annotated[
+        str,
+        typer.Option(
+            help="chunks: {prompt} in, {content} chunks out; responses: an MLflow ResponsesAgent "
+            "(OpenAI's Responses format)"
+        ),
+    ] = "chunks",
 ) -> None:
     """Log a model to MLflow as a streamable pyfunc model. The last line of output is its URI."""
     import mlflow
@@ -64,6 +71,7 @@ def log(
             "system_prompt": system_prompt,
             "by_reference": by_reference,
             "tracing": tracing,
+            "interface": interface,
         }
         if chat_template is not None:
             options["chat_template"] = chat_template.read_text(encoding="utf-8")

@@ -66,8 +66,11 @@ def parse_rows(model_input: Any) -> list[PromptInput]:
     if isinstance(model_input, str):
         return [_prompt(model_input, "prompt")]
     if isinstance(model_input, Mapping):
-        return [parse_row(model_input, "input")]
-    rows = _records(model_input)
+        columns = column_rows(model_input)
+        if columns is None:
+            return [parse_row(model_input, "input")]
+        model_input = columns
+    rows = _expanded(_records(model_input))
     if not rows:
         raise InvalidRequest.single("input", f"there are no input rows: {_HOW}")
     where = "input" if len(rows) == 1 else "input[{}]"
@@ -78,9 +81,9 @@ def parse_each_row(model_input: Any) -> list[PromptInput | LlmflowError]:
     """Like `parse_rows`, but a bad row becomes its error instead of failing the whole call
     (`result="struct"`: one bad row in a Spark job must not fail the job)."""
     if isinstance(model_input, (str, Mapping)):
-        rows = [model_input]
+        rows = _expanded([model_input])
     else:
-        rows = _records(model_input)
+        rows = _expanded(_records(model_input))
         if not rows:
             raise InvalidRequest.single("input", f"there are no input rows: {_HOW}")
     parsed: list[PromptInput | LlmflowError] = []
@@ -98,6 +101,40 @@ def parse_single(model_input: Any) -> PromptInput:
     if len(rows) != 1:
         raise InvalidRequest.single("input", f"a stream answers one input, got {len(rows)} rows")
     return rows[0]
+
+
+def column_rows(data: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The rows of a columnar input, None when `data` is one row.
+
+    MLflow hands an `inputs` or `instances` body over as columns (`{"prompt": ["a", "b"]}`,
+    after its schema check a one-row DataFrame whose cell holds the array): one row per element.
+    A `prompt` column is a list (or array) of strings; a `messages` column a list of
+    conversations, where a list of message objects is one conversation, not a column."""
+    columns = {name: _as_list(value) for name, value in data.items() if _is_column(name, value)}
+    if not columns:
+        return None
+    if len(columns) != len(data):
+        others = sorted(str(k) for k, v in data.items() if k not in columns and _present(v) is not None)
+        if others:
+            raise InvalidRequest.single(f"input.{others[0]}", "must be a column like the others (a list)")
+    lengths = {name: len(value) for name, value in columns.items()}
+    if len(set(lengths.values())) != 1:
+        raise InvalidRequest.single("input", f"the columns have different lengths: {lengths}")
+    count = next(iter(lengths.values()))
+    return [{name: value[index] for name, value in columns.items()} for index in range(count)]
+
+
+def _is_column(name: Any, value: Any) -> bool:
+    if name not in INPUT_FIELDS or isinstance(value, (str, bytes, Mapping)):
+        return False
+    if getattr(value, "ndim", None) == 0:  # a numpy scalar: one value
+        return False
+    value = _as_list(value)
+    if not isinstance(value, Sequence):
+        return False
+    if name == "prompt":
+        return True
+    return bool(value) and not any(isinstance(item, Mapping) for item in value)
 
 
 def parse_row(row: Any, where: str) -> PromptInput:
@@ -149,6 +186,15 @@ def parse_options(params: Any, defaults: SamplingParams) -> Options:
     )
 
 
+def _expanded(rows: list[Any]) -> list[Any]:
+    """Rows, with each columnar row (see `column_rows`) replaced by its rows."""
+    expanded: list[Any] = []
+    for row in rows:
+        columns = column_rows(row) if isinstance(row, Mapping) else None
+        expanded.extend([row] if columns is None else columns)
+    return expanded
+
+
 def _records(model_input: Any) -> list[Any]:
     try:
         import pandas as pd
@@ -171,6 +217,8 @@ def _present(value: Any) -> Any:
 
 
 def _prompt(value: Any, where: str) -> str:
+    if getattr(value, "ndim", None) == 0:  # a numpy scalar (MLflow's `{"inputs": {"prompt": "..."}}`)
+        value = value.item()
     if not isinstance(value, str):
         raise InvalidRequest.single(where, f"must be a string, not {type(value).__name__}")
     if not value.strip():

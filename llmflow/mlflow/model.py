@@ -73,22 +73,19 @@ class LlmflowPyfuncModel(PythonModel):
         return model
 
     def load_context(self, context: Any) -> None:
-        spec = ModelSpec.parse(context.model_config)
-        self.tracing = spec.tracing
-        # inside a Spark task: the worker's already-loaded LLM, with threads that fit the task
-        self.llm = load_llm(spec, weights_location(spec, context.artifacts or {}))
+        self.llm, self.tracing = llm_from_context(context)
 
     def predict(self, context: Any, model_input, params: dict[str, Any] | None = None) -> list[Any]:
         """One answer per input row, generated one after the other."""
         started = time.perf_counter()
         llm = self._loaded()
-        with _as_mlflow_error():
+        with as_mlflow_error():
             options = parse_options(params, llm.default_params)
             if options.result == RESULT_STRUCT:  # a bad row becomes an error record
                 each_row = parse_each_row(model_input)
         if options.result == RESULT_STRUCT:  # outside: an engine failure is not bad input
             return struct_answers(llm, each_row, options)
-        with _as_mlflow_error():
+        with as_mlflow_error():
             rows = parse_rows(model_input)
             requests = [
                 llm.prepare(row, options.sampling, system_prompt=options.system_prompt) for row in rows
@@ -124,7 +121,7 @@ class LlmflowPyfuncModel(PythonModel):
         """What a stream checks before its first token: the one input, the params, the prepared
         request. Callers that stream the LLM themselves (the server) start here too."""
         llm = self._loaded()
-        with _as_mlflow_error():
+        with as_mlflow_error():
             row = parse_single(model_input)
             options = parse_options(params, llm.default_params)
             request = llm.prepare(row, options.sampling, system_prompt=options.system_prompt)
@@ -148,22 +145,45 @@ def _answer(completion: Completion, timings: RequestTimings | None, options: Opt
     return answer
 
 
+def llm_from_context(context: Any) -> tuple[LLM, bool | None]:
+    """The LLM a logged model's `model_config` describes, and its tracing setting."""
+    spec = ModelSpec.parse(context.model_config)
+    # inside a Spark task: the worker's already-loaded LLM, with threads that fit the task
+    return load_llm(spec, weights_location(spec, context.artifacts or {})), spec.tracing
+
+
 def find_llm(model: Any) -> LLM | None:
-    """The LLM inside a loaded pyfunc model (or an `LlmflowPyfuncModel`), None for other models."""
-    python_model = find_llmflow_model(model)
-    return None if python_model is None else python_model.llm
+    """The LLM inside a loaded pyfunc model (an llmflow model of either interface, or the python
+    model itself), None for other models."""
+    python_model = unwrap_python_model(model)
+    return getattr(python_model, "llm", None) if _is_llmflow(python_model) else None
 
 
 def find_llmflow_model(model: Any) -> LlmflowPyfuncModel | None:
     """The `LlmflowPyfuncModel` inside a loaded pyfunc model (or itself), None for other models."""
-    python_model = model
-    unwrap = getattr(model, "unwrap_python_model", None)
-    if unwrap is not None:
-        try:
-            python_model = unwrap()
-        except MlflowException:  # not a python model
-            return None
+    python_model = unwrap_python_model(model)
     return python_model if isinstance(python_model, LlmflowPyfuncModel) else None
+
+
+def unwrap_python_model(model: Any) -> Any:
+    """The python model inside a loaded pyfunc model (or `model` itself); None when it has none."""
+    unwrap = getattr(model, "unwrap_python_model", None)
+    if unwrap is None:
+        return model
+    try:
+        return unwrap()
+    except MlflowException:  # not a python model, or one MLflow wraps (a ResponsesAgent)
+        pass
+    try:
+        return model.get_raw_model()
+    except NotImplementedError:
+        return None
+
+
+def _is_llmflow(python_model: Any) -> bool:
+    from llmflow.mlflow.responses_agent import LlmflowResponsesAgent
+
+    return isinstance(python_model, (LlmflowPyfuncModel, LlmflowResponsesAgent))
 
 
 def weights_location(spec: ModelSpec, artifacts: dict[str, str]) -> Path:
@@ -222,7 +242,7 @@ def completion_to_dict(completion: Completion) -> dict[str, Any]:
 
 
 @contextmanager
-def _as_mlflow_error() -> Iterator[None]:
+def as_mlflow_error() -> Iterator[None]:
     """llmflow's input errors as `MlflowException`s (HTTP 400 in MLflow's scoring server)."""
     try:
         yield

@@ -19,6 +19,7 @@ from typing import Any
 
 from llmflow import __version__
 from llmflow.engines import engine_class, guess_engine
+from llmflow.errors import InvalidParams
 from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
 from llmflow.mlflow.requirements import default_requirements
 from llmflow.mlflow.signature import INPUT_EXAMPLE, build_signature
@@ -26,7 +27,16 @@ from llmflow.mlflow.weights import copy_weights
 from llmflow.model_files import resolve_model_path
 from llmflow.prompts import ChatTemplate, PromptMap
 
-MODEL_CODE = Path(__file__).with_name("model_code.py")
+#: the default interface: `{"prompt"}` / `{"messages"}` in, `{"content"}` chunk dicts out
+CHUNKS = "chunks"
+#: MLflow's `ResponsesAgent` interface (`responses_agent.py`)
+RESPONSES = "responses"
+INTERFACES = (CHUNKS, RESPONSES)
+#: the code MLflow runs to build the model, per interface (models-from-code)
+MODEL_CODE = {
+    CHUNKS: Path(__file__).with_name("model_code.py"),
+    RESPONSES: Path(__file__).with_name("responses_agent_code.py"),
+}
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,7 @@ class ModelSource:
 
     spec: ModelSpec
     weights: Path
+    interface: str = CHUNKS
 
 
 def model_source(
@@ -50,10 +61,13 @@ def model_source(
     system_prompt: str | None = None,
     by_reference: bool = False,
     tracing: bool | None = None,
+    interface: str = CHUNKS,
 ) -> ModelSource:
     """Check everything that can be checked without loading the weights, and describe the model.
 
     Raises llmflow errors (`ModelNotFound`, `UnknownEngine`, `InvalidParams`, `ChatTemplateError`)."""
+    if interface not in INTERFACES:
+        raise InvalidParams.single("interface", f"must be one of {', '.join(INTERFACES)}; got {interface!r}")
     weights = resolve_model_path(model).resolve()
     engine = engine or guess_engine(weights)
     engine_class(engine)  # an unknown engine fails now, not when the model is loaded
@@ -77,7 +91,7 @@ def model_source(
             "tracing": tracing,
         }
     )
-    return ModelSource(spec, weights)
+    return ModelSource(spec, weights, interface)
 
 
 def save_model(
@@ -97,7 +111,9 @@ def save_model(
     `model` is a model file or directory (default: the embedded SmolLM2-135M-Instruct GGUF).
     `options` are those of `model_source`: engine, engine_options, chat_template, prompt_map,
     pre_prompt, post_prompt, default_params, system_prompt, by_reference, tracing (True: record an
-    MLflow trace of every call; False: never; None: only when an MLflow experiment is set).
+    MLflow trace of every call; False: never; None: only when an MLflow experiment is set), and
+    interface: "chunks" (the default: `{"prompt"}` in, `{"content"}` chunks out) or "responses"
+    (an MLflow `ResponsesAgent`).
     """
     source = model_source(model, **options)
     save_source(
@@ -133,35 +149,56 @@ def save_source(
         requirements = default_requirements(spec.engine) + list(extra_pip_requirements or [])
     mlflow.pyfunc.save_model(
         str(path),
-        python_model=str(MODEL_CODE),
-        model_config=spec.to_config(),
-        signature=build_signature(spec.sampling_params, spec.system_prompt),
-        input_example=input_example,
+        python_model=str(MODEL_CODE[source.interface]),
         pip_requirements=requirements,
         metadata=metadata,
         mlflow_model=mlflow_model,
         streamable=True,
+        **_interface_arguments(source, input_example),
     )
     if not spec.by_reference:
-        _add_weights_artifact(Path(path), source.weights, mlflow_model, progress)
+        _add_weights_artifact(Path(path), source, mlflow_model, progress)
 
 
-def _add_weights_artifact(path: Path, weights: Path, mlflow_model: Any, progress: bool | None) -> None:
-    """Copy the weights into `artifacts/` and record them as the pyfunc artifact "model".
+def _interface_arguments(source: ModelSource, input_example: Any) -> dict[str, Any]:
+    """The chunk interface has llmflow's signature. MLflow sets a ResponsesAgent's signature
+    itself, and checks the model at once by answering the input example: it then reads the
+    weights where they are now (the config saved afterwards no longer names that path)."""
+    spec = source.spec
+    if source.interface == CHUNKS:
+        return {
+            "model_config": spec.to_config(),
+            "signature": build_signature(spec.sampling_params, spec.system_prompt),
+            "input_example": input_example,
+        }
+    from llmflow.mlflow.responses_agent import INPUT_EXAMPLE as RESPONSES_EXAMPLE
+
+    config = spec.to_config()
+    if not spec.by_reference:
+        config["weights_path"] = str(source.weights)
+    example = RESPONSES_EXAMPLE if input_example is INPUT_EXAMPLE else input_example
+    return {"model_config": config, "input_example": example}
+
+
+def _add_weights_artifact(path: Path, source: ModelSource, mlflow_model: Any, progress: bool | None) -> None:
+    """Copy the weights into `artifacts/`, record them as the pyfunc artifact "model", and the
+    model's config (which then names no local path).
 
     Done here rather than by MLflow's `artifacts=` argument, which copies through a staging
     directory without progress; the MLmodel entry is the same one MLflow writes."""
     from mlflow.models.model import MLMODEL_FILE_NAME
-    from mlflow.pyfunc import FLAVOR_NAME
+    from mlflow.pyfunc import FLAVOR_NAME, MODEL_CONFIG
     from mlflow.pyfunc.model import (
         CONFIG_KEY_ARTIFACT_RELATIVE_PATH,
         CONFIG_KEY_ARTIFACT_URI,
         CONFIG_KEY_ARTIFACTS,
     )
 
+    weights = source.weights
     relative = Path("artifacts", weights.name)
     copy_weights(weights, path / relative, progress=progress)
     flavor = mlflow_model.flavors[FLAVOR_NAME]
+    flavor[MODEL_CONFIG] = source.spec.to_config()
     flavor[CONFIG_KEY_ARTIFACTS] = {
         WEIGHTS_ARTIFACT: {
             CONFIG_KEY_ARTIFACT_RELATIVE_PATH: relative.as_posix(),

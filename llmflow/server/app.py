@@ -14,7 +14,7 @@ from fastapi.routing import APIRoute
 from starlette.middleware.cors import CORSMiddleware
 
 from llmflow import __version__
-from llmflow.server import health, invocations, openai, playground
+from llmflow.server import health, invocations, openai, playground, responses
 from llmflow.server.error_answers import EXCEPTION_HANDLERS
 from llmflow.server.middleware import ApiKeyMiddleware, BodyLimitMiddleware, ResponseCounterMiddleware
 from llmflow.server.served import ServedModel
@@ -23,7 +23,7 @@ from llmflow.server.state import ServerState
 
 logger = logging.getLogger(__name__)
 
-ROUTERS = (health.router, openai.router, invocations.router)
+ROUTERS = (health.router, openai.router, responses.router, invocations.router)
 
 
 def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:
@@ -48,6 +48,7 @@ def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
         state.known_paths.update(route.path for route in router.routes if isinstance(route, APIRoute))
+    state.known_paths.add(f"/serving-endpoints/{served.name}/invocations")  # counted by its own path
     playground.mount(app, state)  # the chat page at /, public: it asks for the key itself
     _add_middleware(app, state)
     app.openapi = lambda: _openapi(app, state)  # type: ignore[method-assign]

@@ -98,6 +98,34 @@ def error_response(error: LlmflowError) -> JSONResponse:
     return JSONResponse(llmflow_error_body(error), status_code=status, headers=error_headers(error))
 
 
+#: Databricks Model Serving's paths: their clients read errors in Databricks' shape
+SERVING_ENDPOINTS = "/serving-endpoints/"
+#: HTTP status -> Databricks error code (what Databricks' SDK maps back to the status)
+_DATABRICKS_CODES = {
+    400: "INVALID_PARAMETER_VALUE",
+    401: "UNAUTHENTICATED",
+    404: "RESOURCE_DOES_NOT_EXIST",
+    429: "REQUEST_LIMIT_EXCEEDED",
+    503: "TEMPORARILY_UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def databricks_error_response(error: LlmflowError) -> JSONResponse:
+    """An error as Databricks' REST APIs answer it: `{"error_code", "message"}`."""
+    status, _ = status_of(error)
+    body = {"error_code": _DATABRICKS_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "BAD_REQUEST")}
+    body["message"] = str(error)
+    return JSONResponse(body, status_code=status, headers=error_headers(error))
+
+
+def error_response_for(path: str, error: LlmflowError) -> JSONResponse:
+    """The error's answer in the shape the clients of `path` read."""
+    if path.startswith(SERVING_ENDPOINTS):
+        return databricks_error_response(error)
+    return error_response(error)
+
+
 def sse_error_event(error: BaseException) -> bytes:
     """An error after streaming began: one SSE event in OpenAI's error shape (then [DONE])."""
     return b"data: " + json.dumps(internal_error_body(error), ensure_ascii=False).encode() + b"\n\n"
@@ -115,12 +143,12 @@ def validation_problems(exc: RequestValidationError) -> list[FieldProblem]:
 
 async def _on_llmflow_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, LlmflowError)
-    return error_response(exc)
+    return error_response_for(request.url.path, exc)
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return error_response(InvalidRequest(validation_problems(exc)))
+    return error_response_for(request.url.path, InvalidRequest(validation_problems(exc)))
 
 
 async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:

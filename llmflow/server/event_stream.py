@@ -47,7 +47,7 @@ class EventStream(Response):
         self,
         events: AsyncGenerator[bytes, None],
         on_close: Callable[[], None],
-        ping_interval_s: float = PING_INTERVAL_S,
+        ping_interval_s: float | None = PING_INTERVAL_S,
     ):
         # Response's own __init__ would render a body and set its length: this one streams
         self.status_code = 200
@@ -68,7 +68,8 @@ class EventStream(Response):
                     tasks.cancel_scope.cancel()
 
                 tasks.start_soon(first_to_finish, lambda: self._send_events(send))
-                tasks.start_soon(first_to_finish, lambda: self._ping(send))
+                if self._ping_interval_s is not None:  # None: nothing but events (strict clients)
+                    tasks.start_soon(first_to_finish, lambda: self._ping(send))
                 tasks.start_soon(first_to_finish, lambda: wait_for_disconnect(receive))
         finally:
             try:
@@ -84,6 +85,7 @@ class EventStream(Response):
 
     async def _ping(self, send: Send) -> None:
         """A comment every interval, so that proxies see a live connection while nothing else goes."""
+        assert self._ping_interval_s is not None
         while True:
             await anyio.sleep(self._ping_interval_s)
             await send({"type": "http.response.body", "body": PING, "more_body": True})

@@ -10,6 +10,13 @@ MLflow's `predict_stream` would (`mlflow_scoring.stream_input`) and by the model
 a prepared request, streamed like an OpenAI route's and written as the model's chunk dicts. Only
 a third-party model's stream runs through its pyfunc `predict_stream`.
 
+A model logged as a ResponsesAgent (`interface="responses"`) is answered as MLflow's AgentServer
+answers it, in the Responses format (`responses.answer_agent`).
+
+`POST /serving-endpoints/{name}/invocations` is Databricks Model Serving's path for the same thing:
+its streams hold nothing but `data:` lines (no ping comments) and its errors are in Databricks'
+shape, as MLflow's Databricks client requires.
+
 With tracing on, each request is one MLflow trace (span `llmflow.invocations`); a third-party model
 that traces itself nests its spans in it.
 """
@@ -26,13 +33,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.types import Receive
 
-from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
+from llmflow.errors import LlmflowError, ModelNotFound, UnsupportedEndpoint
 from llmflow.observability import RequestTimings
 from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_response
-from llmflow.server.event_stream import EventStream
+from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
 from llmflow.server.mlflow_format import ChunkDictFormat, LlmflowChunkFormat
 from llmflow.server.pipeline import NOTHING_READ, observe, stream_events
+from llmflow.server.responses import answer_agent, pop_stream_flag
 from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.state import ServerState, get_state
@@ -90,6 +98,37 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 )
 async def invocations(request: Request) -> Response:
     """Score the model (`predict`), or stream it (`predict_stream`) with `"stream": true`."""
+    return await invoke(request, ping=True)
+
+
+#: on Databricks' path every error is in Databricks' shape (`{"error_code", "message"}`)
+_SERVING_ENDPOINT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: _RESPONSES[200],
+    **{
+        status: {"model": MlflowErrorResponse, "description": "an error in Databricks' shape"}
+        for status in (400, 401, 404, 413, 415, 429, 503, 504)
+    },
+}
+
+
+@router.post(
+    "/serving-endpoints/{name}/invocations",
+    response_model=None,
+    responses=_SERVING_ENDPOINT_RESPONSES,
+    openapi_extra={"requestBody": _REQUEST_BODY},
+)
+async def serving_endpoint_invocations(name: str, request: Request) -> Response:
+    """Databricks Model Serving's path for the served model `name` (what MLflow's
+    `get_deploy_client("databricks")` posts to): the same bodies and answers as /invocations;
+    its streams hold nothing but `data:` lines (no pings), as that client demands."""
+    state = get_state(request)
+    if name != state.served.name:
+        raise ModelNotFound(f"no serving endpoint {name!r}; this server serves {state.served.name!r}")
+    return await invoke(request, ping=False)
+
+
+async def invoke(request: Request, *, ping: bool) -> Response:
+    """/invocations; `ping`: SSE comments keep an idle stream alive."""
     timings = RequestTimings()
     state = get_state(request)
     model = state.served.pyfunc
@@ -98,7 +137,9 @@ async def invocations(request: Request) -> Response:
     body = await request.body()
     content_type = request.headers.get("content-type") or mlflow_scoring.JSON
     payload = await _json_payload(body, content_type)
-    stream = _pop_stream_flag(payload)
+    stream = False if payload is None else pop_stream_flag(payload)
+    if payload is not None and state.served.agent is not None:
+        return await answer_agent(state, request, payload, stream, timings, ping=ping, on_error=_error_answer)
     if payload is not None:
         payload = mlflow_scoring.flatten_llm_params(payload)
     if stream:
@@ -106,8 +147,9 @@ async def invocations(request: Request) -> Response:
             raise UnsupportedEndpoint(f"{state.served.name!r} does not implement predict_stream")
         assert payload is not None
         if state.served.llmflow_model is not None:
-            return await _stream_llmflow(state, state.served.llmflow_model, payload, timings, request.receive)
-        return await _stream(state, model, payload, timings, request.receive)
+            llmflow_model = state.served.llmflow_model
+            return await _stream_llmflow(state, llmflow_model, payload, timings, request.receive, ping)
+        return await _stream(state, model, payload, timings, request.receive, ping)
     data = body if payload is None else payload
     return await _predict(state, model, data, content_type, timings, request.receive)
 
@@ -124,15 +166,6 @@ async def _json_payload(body: bytes, content_type: str) -> dict[str, Any] | None
     except (ValueError, RecursionError):
         return None
     return payload if isinstance(payload, dict) else None
-
-
-def _pop_stream_flag(payload: dict[str, Any] | None) -> bool:
-    if payload is None or "stream" not in payload:
-        return False
-    stream = payload.pop("stream")
-    if not isinstance(stream, bool):
-        raise InvalidRequest.single("stream", "must be true or false")
-    return stream
 
 
 async def _predict(
@@ -170,7 +203,12 @@ async def _predict(
 
 
 async def _stream(
-    state: ServerState, model: Any, payload: dict[str, Any], timings: RequestTimings, receive: Receive
+    state: ServerState,
+    model: Any,
+    payload: dict[str, Any],
+    timings: RequestTimings,
+    receive: Receive,
+    ping: bool,
 ) -> Response:
     observed = observe(state, timings, INVOCATIONS_SPAN, lambda: {**payload, "stream": True})
     generation = await start_generation(
@@ -185,7 +223,7 @@ async def _stream(
         generation.close()
         return _error_answer(exc)
     events = stream_events(generation, ChunkDictFormat(), first)
-    return EventStream(events, on_close=generation.close)
+    return EventStream(events, on_close=generation.close, ping_interval_s=_ping_interval(ping))
 
 
 async def _stream_llmflow(
@@ -194,6 +232,7 @@ async def _stream_llmflow(
     payload: dict[str, Any],
     timings: RequestTimings,
     receive: Receive,
+    ping: bool,
 ) -> Response:
     """Bad input is a 400 in MLflow's shape before the stream starts, as from the pyfunc model."""
     model = state.served.pyfunc
@@ -215,7 +254,12 @@ async def _stream_llmflow(
     generation = await start_generation(
         state, lambda: llm.stream_prepared(prepared, cancel), observed, fmt.final_of, cancel, receive=receive
     )
-    return EventStream(stream_events(generation, fmt), on_close=generation.close)
+    events = stream_events(generation, fmt)
+    return EventStream(events, on_close=generation.close, ping_interval_s=_ping_interval(ping))
+
+
+def _ping_interval(ping: bool) -> float | None:
+    return PING_INTERVAL_S if ping else None
 
 
 def _parsed(body: str) -> Any:

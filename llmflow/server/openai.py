@@ -67,11 +67,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     """Answer a conversation with the model's chat template."""
     timings = RequestTimings()
     state = get_state(request)
-    llm = _llm_for(state, body.model)
+    llm = llm_for(state, body.model)
     max_tokens = body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens
     params = _sampling_params(llm, body, max_tokens=max_tokens)
     messages = [message.model_dump(include={"role", "content"}) for message in body.messages]
-    prepared = await _prepare(llm, messages, params, raw=False)
+    prepared = await prepare(llm, messages, params, raw=False)
     return await _answer(state, request, llm, prepared, body, timings, chat=True)
 
 
@@ -80,9 +80,9 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     """Continue a prompt as is (no chat template)."""
     timings = RequestTimings()
     state = get_state(request)
-    llm = _llm_for(state, body.model)
+    llm = llm_for(state, body.model)
     params = _sampling_params(llm, body, max_tokens=body.max_tokens)
-    prepared = await _prepare(llm, _single_prompt(body.prompt), params, raw=True)
+    prepared = await prepare(llm, _single_prompt(body.prompt), params, raw=True)
     return await _answer(state, request, llm, prepared, body, timings, chat=False)
 
 
@@ -107,7 +107,7 @@ def _unknown_model(model: str, state: ServerState) -> ModelNotFound:
     return error
 
 
-def _llm_for(state: ServerState, model: str) -> LLM:
+def llm_for(state: ServerState, model: str) -> LLM:
     if model != state.served.name:
         raise _unknown_model(model, state)
     if state.served.llm is None:
@@ -164,7 +164,7 @@ def _single_prompt(prompt: str | list[str]) -> str:
     return prompt[0]
 
 
-async def _prepare(llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool) -> PreparedRequest:
+async def prepare(llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool) -> PreparedRequest:
     """Render and tokenize in a thread (a long prompt takes a while), raising llmflow errors."""
     try:
         return await asyncio.to_thread(llm.prepare, prompt, params, raw=raw)

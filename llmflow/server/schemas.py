@@ -68,6 +68,47 @@ class CompletionRequest(_GenerationRequest):
     echo: bool | None = Field(None, description="not supported; false or absent")
 
 
+class ResponsesRequest(BaseModel):
+    """`POST /v1/responses`: OpenAI's Responses API, stateless. Every field OpenAI defines is
+    known: those llmflow cannot honour are refused by name (`llmflow.responses.request`), the
+    rest are accepted and ignored; unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="the served model's name, as listed by GET /v1/models")
+    input: str | list[dict[str, Any]] = Field(description="a string, or a list of message items")
+    instructions: str | None = Field(None, description="a system message put in front of the input")
+    stream: bool = False
+    max_output_tokens: int | None = Field(None, description="tokens to generate at most")
+    temperature: float | None = Field(None, description="0 = greedy")
+    top_p: float | None = None
+    top_k: int | None = Field(None, description="llmflow extension; 0 = off")
+    min_p: float | None = Field(None, description="llmflow extension; 0 = off")
+    repetition_penalty: float | None = Field(None, description="llmflow extension; 1 = off")
+    stop: str | list[str] | None = Field(None, description="llmflow extension")
+    seed: int | None = Field(None, description="llmflow extension")
+    store: bool | None = Field(None, description="false or absent: this server keeps no responses")
+    previous_response_id: str | None = Field(None, description="refused: this server keeps no responses")
+    tools: list[dict[str, Any]] | None = Field(None, description="not supported yet; empty or absent")
+    tool_choice: str | dict[str, Any] | None = Field(None, description="none or auto")
+    text: dict[str, Any] | None = Field(None, description="only the text format")
+    background: bool | None = Field(None, description="false or absent")
+    conversation: str | dict[str, Any] | None = Field(None, description="refused: no stored conversations")
+    prompt: dict[str, Any] | None = Field(None, description="refused: no stored prompts")
+    include: list[str] | None = Field(None, description="accepted and ignored")
+    metadata: dict[str, str] | None = Field(None, description="accepted and ignored")
+    parallel_tool_calls: bool | None = Field(None, description="accepted and ignored")
+    reasoning: dict[str, Any] | None = Field(None, description="accepted and ignored")
+    truncation: Literal["auto", "disabled"] | None = Field(None, description="accepted and ignored")
+    user: str | None = Field(None, description="accepted and ignored")
+    safety_identifier: str | None = Field(None, description="accepted and ignored")
+    prompt_cache_key: str | None = Field(None, description="accepted and ignored")
+    service_tier: str | None = Field(None, description="accepted and ignored")
+    max_tool_calls: int | None = Field(None, description="accepted and ignored")
+    top_logprobs: int | None = Field(None, description="0 or absent")
+    stream_options: dict[str, Any] | None = Field(None, description="accepted and ignored")
+
+
 # -- responses (for the OpenAPI document) -----------------------------------------------------------
 class Usage(BaseModel):
     prompt_tokens: int

@@ -13,18 +13,21 @@ if TYPE_CHECKING:
 
     from llmflow.llm import LLM
     from llmflow.mlflow.model import LlmflowPyfuncModel
+    from llmflow.mlflow.responses_agent import LlmflowResponsesAgent
 
 
 @dataclass
 class ServedModel:
     """The loaded model and the name clients call it by. `llmflow_model` is the llmflow pyfunc
     model inside `pyfunc` (None for a third-party model): /invocations streams it through the
-    server's own pipeline."""
+    server's own pipeline. `agent` is the llmflow ResponsesAgent inside `pyfunc` (a model logged
+    with `interface="responses"`): its /invocations speaks the Responses format."""
 
     name: str
     llm: LLM | None = None
     pyfunc: PyFuncModel | None = None
     llmflow_model: LlmflowPyfuncModel | None = None
+    agent: LlmflowResponsesAgent | None = None
 
     @classmethod
     def from_llm(cls, llm: LLM, name: str | None = None) -> ServedModel:
@@ -32,10 +35,20 @@ class ServedModel:
 
     @classmethod
     def from_pyfunc(cls, pyfunc: PyFuncModel | None, name: str, llm: LLM | None = None) -> ServedModel:
-        llmflow_model = _find_llmflow_model(pyfunc)
-        if llm is None and llmflow_model is not None:
-            llm = llmflow_model.llm
-        return cls(name, llm=llm, pyfunc=pyfunc, llmflow_model=llmflow_model)
+        llmflow_model, agent = _find_llmflow_models(pyfunc)
+        if llm is None:
+            inner = llmflow_model or agent
+            llm = inner.llm if inner is not None else None
+        return cls(name, llm=llm, pyfunc=pyfunc, llmflow_model=llmflow_model, agent=agent)
+
+    def responses_agent(self) -> LlmflowResponsesAgent | None:
+        """What reads a ResponsesAgent request (`/responses`): the served agent, or one around the
+        served LLM; None for a third-party model."""
+        if self.agent is not None or self.llm is None:
+            return self.agent
+        from llmflow.mlflow.responses_agent import LlmflowResponsesAgent
+
+        return LlmflowResponsesAgent.from_llm(self.llm)
 
     @property
     def engine_name(self) -> str | None:
@@ -74,14 +87,17 @@ def load_served(
     return ServedModel.from_llm(resolved.llm, name)
 
 
-def _find_llmflow_model(pyfunc: Any) -> LlmflowPyfuncModel | None:
+def _find_llmflow_models(pyfunc: Any) -> tuple[LlmflowPyfuncModel | None, LlmflowResponsesAgent | None]:
+    """The llmflow python model inside `pyfunc`, by interface."""
     if pyfunc is None:
-        return None
+        return None, None
     try:
-        from llmflow.mlflow.model import find_llmflow_model
+        from llmflow.mlflow.model import find_llmflow_model, unwrap_python_model
+        from llmflow.mlflow.responses_agent import LlmflowResponsesAgent
     except ImportError:  # llmflow's MLflow flavor is not available: serve the model as any pyfunc
-        return None
-    return find_llmflow_model(pyfunc)
+        return None, None
+    agent = unwrap_python_model(pyfunc)
+    return find_llmflow_model(pyfunc), agent if isinstance(agent, LlmflowResponsesAgent) else None
 
 
 class _LlmPythonModelImpl:

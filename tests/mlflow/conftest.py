@@ -14,6 +14,8 @@ REGISTERED_NAME = "smollm2"
 ALIAS = "champion"
 #: the logged default, small so that tests which pass no max_tokens stay fast
 DEFAULT_MAX_TOKENS = 12
+#: the registered name of the embedded model logged as a ResponsesAgent
+AGENT_NAME = "assistant"
 
 
 @dataclass(frozen=True)
@@ -60,3 +62,15 @@ def loaded(logged: Logged):
     llm = llmflow.mlflow.find_llm(model)
     if llm is not None:
         llm.close()
+
+
+@pytest.fixture(scope="session")
+def logged_agent(mlflow_store: Store):
+    """The embedded model logged (copied, as by default) as a ResponsesAgent, and registered."""
+    with using(mlflow_store), mlflow.start_run(experiment_id=mlflow_store.experiment_id):
+        return llmflow.mlflow.log_model(
+            "agent",
+            interface="responses",
+            registered_model_name=AGENT_NAME,
+            default_params={"max_tokens": DEFAULT_MAX_TOKENS},
+        )

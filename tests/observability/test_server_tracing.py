@@ -158,3 +158,18 @@ def test_a_server_with_tracing_off_records_nothing(served, experiment):
             wait_until_idle(http)
     assert answer.choices[0].message.content
     assert all_trace_count() == before
+
+
+def test_a_streamed_response_is_one_trace_with_usage(traced_server, served, experiment):
+    with _client(traced_server).responses.stream(
+        model=served.name, input="Tell me a story.", max_output_tokens=6, temperature=0
+    ) as stream:
+        events = list(stream)
+    final = events[-1].response
+    (trace,) = experiment.traces(1)
+    span = only_span(trace)
+    assert span.name == "llmflow.responses" and span.inputs["input"] == "Tell me a story."
+    assert span.outputs["content"] == "".join(
+        e.delta for e in events if e.type == "response.output_text.delta"
+    )
+    assert trace.info.token_usage["output_tokens"] == final.usage.output_tokens

@@ -131,6 +131,9 @@ def test_openai_routes_say_clearly_that_a_plain_pyfunc_model_is_not_served_there
     error = response.json()["error"]
     assert error["code"] == "unsupported_endpoint" and "/invocations" in error["message"]
     assert [m["id"] for m in echo.get("/v1/models").json()["data"]] == ["echo"]
+    for path, body in [("/v1/responses", {"model": "echo", "input": "x"}), ("/responses", {"input": []})]:
+        response = echo.post(path, json=body)
+        assert response.status_code == 404 and response.json()["error"]["code"] == "unsupported_endpoint"
 
 
 # -- llmflow models -------------------------------------------------------------------------------

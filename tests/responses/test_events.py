@@ -1,0 +1,72 @@
+"""The Responses events of one answer: OpenAI's sequence, numbering, ids, text and usage."""
+
+from __future__ import annotations
+
+import json
+
+from llmflow.responses.events import ResponseEvents
+from llmflow.types import Chunk, FinishReason, Usage
+
+USAGE = Usage(7, 3)
+
+
+def _stream(reason: FinishReason = FinishReason.STOP) -> list[dict]:
+    events = ResponseEvents("smol", {"instructions": "Be brief.", "temperature": 0.0})
+    out = events.opening()
+    out += [events.delta("Hel"), json.loads(events.delta_json("lo ✓"))]
+    return out + events.closing(Chunk("", reason, USAGE))
+
+
+def test_a_stream_is_the_sequence_openai_sends():
+    events = _stream()
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    item_id = events[2]["item"]["id"]
+    assert all(e["item_id"] == item_id for e in events[3:8])
+    assert [e["delta"] for e in events[4:6]] == ["Hel", "lo ✓"]
+    assert events[6]["text"] == "Hello ✓"
+    done = events[8]["item"]
+    assert done["status"] == "completed" and done["content"][0]["text"] == "Hello ✓"
+    response = events[-1]["response"]
+    assert response["status"] == "completed" and response["output"] == [done]
+    assert response["usage"]["input_tokens"] == 7 and response["usage"]["output_tokens"] == 3
+    assert response["usage"]["total_tokens"] == 10
+    assert response["instructions"] == "Be brief." and response["temperature"] == 0.0
+    assert response["id"] == events[0]["response"]["id"] and response["model"] == "smol"
+
+
+def test_the_per_token_json_is_the_same_event():
+    one, other = ResponseEvents("m"), ResponseEvents("m")
+    other.item_id = one.item_id
+    assert json.loads(one.delta_json('a "quoted" ✓\n')) == {
+        **other.delta('a "quoted" ✓\n'),
+        "item_id": one.item_id,
+    }
+
+
+def test_an_answer_cut_by_max_output_tokens_is_incomplete():
+    events = _stream(FinishReason.LENGTH)
+    assert events[-1]["type"] == "response.incomplete"
+    response = events[-1]["response"]
+    assert response["status"] == "incomplete"
+    assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_a_whole_answer_and_an_error_event():
+    events = ResponseEvents("m")
+    answer = events.answer("Hi.", FinishReason.STOP, USAGE)
+    assert answer["object"] == "response" and answer["status"] == "completed"
+    assert answer["output"][0]["content"][0]["text"] == "Hi." and answer["store"] is False
+    error = events.error("broke", "engine_error")
+    assert error["type"] == "error" and error["code"] == "engine_error" and error["message"] == "broke"
