@@ -106,6 +106,13 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    reasoning_format: Annotated[
+        str,
+        typer.Option(
+            help="parsed: a reasoning model's thinking (<think>...</think>) is sent as "
+            "delta.reasoning_content, apart from the answer; none: it stays in the content"
+        ),
+    ] = "parsed",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
 ) -> None:
     """Serve MODEL over HTTP with token streaming: /v1/chat/completions, /v1/completions,
@@ -130,6 +137,7 @@ def serve(
             cors_origins=tuple(cors_origin or ()),
             shutdown_grace_s=shutdown_grace,
             tracing=tracing,
+            reasoning_format=reasoning_format,
         )
         served = load_served(
             model,
