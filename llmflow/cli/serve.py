@@ -106,6 +106,9 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    max_n: Annotated[
+        int, typer.Option(help="answers one request may ask for at most (OpenAI's n); more is a 400")
+    ] = 8,
     reasoning_format: Annotated[
         str,
         typer.Option(
@@ -138,6 +141,7 @@ def serve(
             shutdown_grace_s=shutdown_grace,
             tracing=tracing,
             reasoning_format=reasoning_format,
+            max_n=max_n,
         )
         served = load_served(
             model,
