@@ -54,7 +54,7 @@ class EmbeddingList(BaseModel):
     usage: EmbeddingUsage
 
 
-@router.post("/embeddings", response_model=EmbeddingList, responses=error_responses(400, 401, 404))
+@router.post("/embeddings", response_model=EmbeddingList, responses=error_responses(400, 401, 404, 413))
 async def embeddings(body: EmbeddingRequest, request: Request) -> JSONResponse:
     """Embed every input; a model that cannot pool token states answers 400 naming `model`."""
     state = get_state(request)

@@ -51,7 +51,7 @@ class DetokenizeResponse(BaseModel):
     content: str
 
 
-@router.post("/tokenize", response_model=TokenizeResponse, responses=error_responses(400, 401, 404))
+@router.post("/tokenize", response_model=TokenizeResponse, responses=error_responses(400, 401, 404, 413))
 async def tokenize(body: TokenizeRequest, request: Request) -> JSONResponse:
     """Token ids of `content`; with `with_pieces`, each with its text."""
     llm = llm_for(get_state(request), body.model)
@@ -69,7 +69,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> JSONResponse:
     return JSONResponse({"tokens": [{"id": t, "piece": _piece(p)} for t, p in zip(ids, pieces, strict=True)]})
 
 
-@router.post("/detokenize", response_model=DetokenizeResponse, responses=error_responses(400, 401, 404))
+@router.post("/detokenize", response_model=DetokenizeResponse, responses=error_responses(400, 401, 404, 413))
 async def detokenize(body: DetokenizeRequest, request: Request) -> JSONResponse:
     """The text of `tokens` (special tokens as their text)."""
     llm = llm_for(get_state(request), body.model)
