@@ -281,6 +281,42 @@ def spark(d: Result) -> str:
     )
 
 
+def surface(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    rows = []
+    if "embeddings" in s:
+        e = s["embeddings"]
+        rows.append(
+            [
+                f"embeddings/s, a batch of {c['embedding_inputs']} short inputs",
+                f"llmflow {med(e['llmflow_embeddings_per_s'])}",
+                f"`Llama.embed` {med(e['llama_cpp_python_embeddings_per_s'])}",
+                f"**{med(e['ratio_llmflow_over_llama_cpp_python'], 2)}**",
+            ]
+        )
+    if "logprobs" in s:
+        lp = s["logprobs"]
+        rows.append(
+            [
+                "decode tok/s, logprobs (top 5) on / off",
+                f"on {med(lp['on_tokens_per_s'])}",
+                f"off {med(lp['off_tokens_per_s'])}",
+                f"**{med(lp['ratio_on_over_off'], 3)}** (target >= 0.95)",
+            ]
+        )
+    if "choices" in s:
+        ch = s["choices"]
+        rows.append([
+            f"aggregate tok/s, n=4 against 4 requests ({ch['prompt_tokens']}-token prompt, batching engine)",
+            f"n=4 {med(ch['n4_tokens_per_s'])}", f"4 requests {med(ch['separate4_tokens_per_s'])}",
+            f"**{med(ch['ratio_n4_over_separate4'], 2)}** (target >= 1.3)",
+        ])  # fmt: skip
+    return (
+        f"{c['model']}, {threads(c['threads'])}, {c['rounds']} rounds, sides alternated; "
+        "median (min-max).\n\n" + table(["what", "one side", "other side", "ratio, round by round"], rows)
+    )
+
+
 def soak(d: Result) -> str:
     s = d["summary"]
     keys = [k for k, v in s.items() if isinstance(v, (int, float, bool, str)) and k != "samples"]
@@ -290,7 +326,7 @@ def soak(d: Result) -> str:
 RENDERERS: dict[str, Callable[[Result], str]] = {
     "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "server_cpu": server_cpu,
     "batching": batching, "step_shapes": step_shapes, "peers": peers, "spark": spark,
-    "soak": soak, "load": soak,
+    "surface": surface, "soak": soak, "load": soak,
 }  # fmt: skip
 
 

@@ -80,6 +80,11 @@ SUITE: tuple[Benchmark, ...] = (
         env=(("SPARK_LOCAL_IP", "127.0.0.1"),),
     ),
     Benchmark(
+        "surface", "benchmarks.bench_surface",
+        ("--rounds", "5", "--max-tokens", "64"), ("--rounds", "2", "--max-tokens", "16"),
+        "embeddings against Llama.embed, logprobs on against off, n=4 against 4 requests",
+    ),
+    Benchmark(
         "soak", "benchmarks.soak_disconnect",
         ("--streams", "1000", "--clients", "8"), ("--streams", "30", "--clients", "4", "--warmup", "2"),
         "streams cut by their clients: nothing leaks",

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from llmflow.engines import guess_engine, load_engine
 from llmflow.engines.base import Engine
-from llmflow.errors import ContextLengthExceeded, InvalidRequest
+from llmflow.errors import ContextLengthExceeded, InvalidParams, InvalidRequest
 from llmflow.model_files import resolve_model_path
 from llmflow.params import SamplingParams
 from llmflow.prompts import (
@@ -29,7 +29,11 @@ from llmflow.prompts import (
     with_system_prompt,
 )
 from llmflow.streaming import stream_chunks
-from llmflow.types import CancelToken, Chunk, Completion, Message, current_cancel
+from llmflow.streaming.reasoning import ReasoningSplitter, opens_thinking
+from llmflow.types import CancelToken, Chunk, Completion, Message, TokenLogprob, current_cancel
+
+#: "parsed": a reasoning model's thinking apart from its answer; "none": as the model wrote it
+ReasoningFormat = Literal["parsed", "none"]
 
 #: a prompt string (sent as one user message) or a conversation
 PromptInput = str | Sequence[Mapping[str, Any]] | Sequence[Message]
@@ -41,6 +45,9 @@ class PreparedRequest:
 
     prompt_ids: list[int]
     params: SamplingParams
+    #: split a reasoning model's thinking from its answer: None = no; True = the prompt opened
+    #: the thinking block; False = the model may open it
+    thinking: bool | None = None
 
 
 class LLM:
@@ -100,15 +107,26 @@ class LLM:
     def model_name(self) -> str:
         return self.engine.model_name
 
-    def render(self, prompt: PromptInput, *, system_prompt: str | None = None, raw: bool = False) -> str:
-        """The prompt text the model will continue."""
+    def render(
+        self,
+        prompt: PromptInput,
+        *,
+        system_prompt: str | None = None,
+        raw: bool = False,
+        template_vars: Mapping[str, Any] | None = None,
+    ) -> str:
+        """The prompt text the model will continue; `template_vars` reach a chat template."""
         if raw:
             if not isinstance(prompt, str):
                 raise InvalidRequest.single("prompt", "a raw completion needs a string prompt")
             return prompt
         messages = [Message("user", prompt)] if isinstance(prompt, str) else parse_messages(prompt)
-        system = system_prompt if system_prompt is not None else self.system_prompt
-        return self.prompt_format.render(with_system_prompt(messages, system))
+        messages = with_system_prompt(
+            messages, system_prompt if system_prompt is not None else self.system_prompt
+        )
+        if template_vars and isinstance(self.prompt_format, ChatTemplate):
+            return self.prompt_format.render(messages, template_vars)
+        return self.prompt_format.render(messages)
 
     def prepare(
         self,
@@ -117,15 +135,23 @@ class LLM:
         *,
         system_prompt: str | None = None,
         raw: bool = False,
+        reasoning_format: ReasoningFormat = "none",
+        template_vars: Mapping[str, Any] | None = None,
     ) -> PreparedRequest:
-        """Validate and tokenize; raises before any token is generated."""
+        """Validate and tokenize; raises before any token is generated. `reasoning_format`
+        "parsed": a reasoning model's thinking comes as `Chunk.reasoning`, apart from its answer
+        (chat prompts only; "none": all of it is text, as the model wrote it)."""
         merged = params if isinstance(params, SamplingParams) else self.default_params.merged(params)
-        prompt_ids = self.engine.tokenize(self.render(prompt, system_prompt=system_prompt, raw=raw))
+        if merged.logprobs is not None and not self.engine.scores_tokens:
+            raise InvalidParams.single("logprobs", f"the {self.engine.name} engine does not return logprobs")
+        text = self.render(prompt, system_prompt=system_prompt, raw=raw, template_vars=template_vars)
+        prompt_ids = self.engine.tokenize(text)
         if len(prompt_ids) >= self.engine.n_ctx:
             raise ContextLengthExceeded(len(prompt_ids), self.engine.n_ctx)
         if not prompt_ids:
             raise InvalidRequest.single("prompt", "the prompt is empty")
-        return PreparedRequest(prompt_ids, merged)
+        thinking = opens_thinking(text) if reasoning_format == "parsed" and not raw else None
+        return PreparedRequest(prompt_ids, merged, thinking)
 
     def stream(
         self,
@@ -135,25 +161,48 @@ class LLM:
         system_prompt: str | None = None,
         raw: bool = False,
         cancel: CancelToken | None = None,
+        reasoning_format: ReasoningFormat = "none",
     ) -> Iterator[Chunk]:
         """Chunks as tokens are generated: non-empty text deltas, then one final chunk with
-        the finish reason and usage. Bad input raises here, before the iterator is returned."""
-        request = self.prepare(prompt, params, system_prompt=system_prompt, raw=raw)
+        the finish reason and usage. Bad input raises here, before the iterator is returned.
+        `reasoning_format="parsed"` sends a reasoning model's thinking as `Chunk.reasoning`."""
+        request = self.prepare(
+            prompt, params, system_prompt=system_prompt, raw=raw, reasoning_format=reasoning_format
+        )
         return self.stream_prepared(request, cancel)
 
     def stream_prepared(self, request: PreparedRequest, cancel: CancelToken | None = None) -> Iterator[Chunk]:
         cancel = cancel or current_cancel.get() or CancelToken()
-        with self._lock:
-            engine = self.engine
-            yield from stream_chunks(
-                engine.generate(request.prompt_ids, request.params, cancel),
-                engine.detokenizer(),
-                stop=request.params.stop,
-                max_tokens=request.params.max_tokens,
-                eos_token_ids=engine.eos_token_ids,
-                prompt_tokens=len(request.prompt_ids),
-                cancel=cancel,
-            )
+        with self.exclusive():
+            tokens = self.engine.generate(request.prompt_ids, request.params, cancel)
+            yield from self.chunks_of(tokens, request, cancel)
+
+    def exclusive(self) -> AbstractContextManager[Any]:
+        """Held while a generation runs: a lock for an engine that decodes one at a time."""
+        return self._lock
+
+    def chunks_of(
+        self,
+        tokens: Iterator[int],
+        request: PreparedRequest,
+        cancel: CancelToken,
+        params: SamplingParams | None = None,
+    ) -> Iterator[Chunk]:
+        """The streaming core over an engine's `tokens` for `request` (`params`: one choice's,
+        when they differ from the request's)."""
+        engine = self.engine
+        params = params or request.params
+        return stream_chunks(
+            tokens,
+            engine.detokenizer(),
+            stop=params.stop,
+            max_tokens=params.max_tokens,
+            eos_token_ids=engine.eos_token_ids,
+            prompt_tokens=len(request.prompt_ids),
+            cancel=cancel,
+            reasoning=None if request.thinking is None else ReasoningSplitter(thinking=request.thinking),
+            logprobs=None if params.logprobs is None else engine.token_piece,
+        )
 
     def generate(
         self,
@@ -166,16 +215,46 @@ class LLM:
         """The whole answer at once."""
         return collect(self.stream(prompt, params, system_prompt=system_prompt, raw=raw))
 
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """Token ids of `text` as llama.cpp's /tokenize gives them: nothing added unless
+        `add_special` (BOS, when the model wants one)."""
+        return self.engine.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def token_pieces(self, token_ids: Sequence[int], *, field: str = "tokens") -> list[bytes]:
+        """Each token's bytes (special tokens as their text)."""
+        check_token_ids(token_ids, self.engine.n_vocab, field)
+        return [self.engine.token_piece(t) for t in token_ids]
+
+    def detokenize(self, token_ids: Sequence[int], *, field: str = "tokens") -> str:
+        """The text of `token_ids`; an id the model does not have is an `InvalidRequest`."""
+        check_token_ids(token_ids, self.engine.n_vocab, field)
+        return self.engine.detokenize(token_ids)
+
     def close(self) -> None:
         self.engine.close()
+
+
+def check_token_ids(token_ids: Sequence[int], n_vocab: int, field: str) -> None:
+    for i, t in enumerate(token_ids):
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < n_vocab:
+            raise InvalidRequest.single(
+                f"{field}[{i}]", f"{t!r} is not a token id of this model (0..{n_vocab - 1})"
+            )
 
 
 def collect(chunks: Iterator[Chunk]) -> Completion:
     """Join a stream into one completion."""
     parts = []
+    thinking = []
+    logprobs: list[TokenLogprob] = []
     for chunk in chunks:
         if chunk.is_final:
             assert chunk.finish_reason is not None and chunk.usage is not None
-            return Completion("".join(parts), chunk.finish_reason, chunk.usage)
+            return Completion(
+                "".join(parts), chunk.finish_reason, chunk.usage, "".join(thinking), tuple(logprobs)
+            )
         parts.append(chunk.text)
+        if chunk.reasoning:
+            thinking.append(chunk.reasoning)
+        logprobs += chunk.logprobs
     raise RuntimeError("the stream ended without a final chunk")

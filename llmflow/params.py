@@ -11,6 +11,8 @@ from llmflow.errors import FieldProblem, InvalidParams
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 512
+#: most likely tokens a logprob may come with (OpenAI's limit)
+MAX_TOP_LOGPROBS = 20
 
 
 class SamplingParams(BaseModel):
@@ -30,6 +32,13 @@ class SamplingParams(BaseModel):
     max_tokens: int = Field(256, ge=1, description="tokens to generate at most (not chunks)")
     stop: tuple[str, ...] = Field((), description="strings that end the answer; never part of the output")
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="None = random")
+    logprobs: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TOP_LOGPROBS,
+        description="with each token, its logprob and this many most likely tokens' (the model's "
+        "distribution, before penalties, temperature and filters); None = off",
+    )
 
     @field_validator("stop", mode="before")
     @classmethod

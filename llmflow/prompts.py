@@ -151,12 +151,14 @@ class ChatTemplate:
         """Compile now, so a broken template fails at load time rather than at the first request."""
         _ = self._template
 
-    def render(self, messages: Sequence[Message]) -> str:
+    def render(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None) -> str:
+        """`variables`: more names the template may read (`reasoning_effort`, `enable_thinking`)."""
         from jinja2 import TemplateError
         from jinja2.sandbox import SecurityError
 
         try:
             return self._template.render(
+                **(variables or {}),
                 messages=[{"role": m.role, "content": m.content} for m in messages],
                 add_generation_prompt=True,
                 bos_token=self.bos_token,

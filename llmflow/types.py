@@ -6,6 +6,7 @@ import enum
 import threading
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 
 class FinishReason(str, enum.Enum):
@@ -33,17 +34,65 @@ class Usage:
         }
 
 
+class ScoredToken(int):
+    """A sampled token id that also carries its log-probability and the most likely tokens' (id,
+    logprob) pairs, most likely first: what an engine yields instead of a plain id when the
+    request asks for logprobs. It is an `int`, so everything that handles ids handles it."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+    def __new__(cls, token_id: int, logprob: float, top: tuple[tuple[int, float], ...] = ()) -> ScoredToken:
+        scored = super().__new__(cls, token_id)
+        scored.logprob = logprob
+        scored.top = top
+        return scored
+
+
+@dataclass(frozen=True, slots=True)
+class TopLogprob:
+    token: str
+    bytes: bytes
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token's text, bytes and logprob, with the most likely alternatives."""
+
+    token: str
+    bytes: bytes
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """OpenAI's chat shape: token, logprob, bytes (a list of ints), top_logprobs."""
+        return {
+            "token": self.token,
+            "logprob": self.logprob,
+            "bytes": list(self.bytes),
+            "top_logprobs": [
+                {"token": a.token, "logprob": a.logprob, "bytes": list(a.bytes)} for a in self.top
+            ],
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """One piece of a stream.
 
-    Text chunks carry non-empty `text` and no finish data. The last chunk of every stream has
-    `text == ""`, a `finish_reason` and `usage`; nothing follows it.
+    Text chunks carry non-empty `text` and no finish data; when a reasoning model's thinking is
+    split from its answer (see `llmflow.streaming.reasoning`), a chunk of thinking has empty
+    `text` and non-empty `reasoning`. The last chunk of every stream has `text == ""`, a
+    `finish_reason` and `usage`; nothing follows it.
     """
 
     text: str
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
+    reasoning: str = ""
+    #: the tokens behind this chunk's text, when the request asked for logprobs
+    logprobs: tuple[TokenLogprob, ...] = ()
 
     @property
     def is_final(self) -> bool:
@@ -57,6 +106,10 @@ class Completion:
     text: str
     finish_reason: FinishReason
     usage: Usage
+    #: a reasoning model's thinking, when it was split from the answer
+    reasoning: str = ""
+    #: every token's logprob, when the request asked for them
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,6 +106,16 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    max_n: Annotated[
+        int, typer.Option(help="answers one request may ask for at most (OpenAI's n); more is a 400")
+    ] = 8,
+    reasoning_format: Annotated[
+        str,
+        typer.Option(
+            help="parsed: a reasoning model's thinking (<think>...</think>) is sent as "
+            "delta.reasoning_content, apart from the answer; none: it stays in the content"
+        ),
+    ] = "parsed",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
 ) -> None:
     """Serve MODEL over HTTP with token streaming: /v1/chat/completions, /v1/completions,
@@ -130,6 +140,8 @@ def serve(
             cors_origins=tuple(cors_origin or ()),
             shutdown_grace_s=shutdown_grace,
             tracing=tracing,
+            reasoning_format=reasoning_format,
+            max_n=max_n,
         )
         served = load_served(
             model,

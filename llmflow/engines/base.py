@@ -16,7 +16,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from llmflow.errors import InvalidParams
+from llmflow.errors import InvalidParams, InvalidRequest
 from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import Detokenizer
@@ -49,6 +49,8 @@ class Engine(ABC):
     #: the load option that sets CPU threads, if any (see llmflow.mlflow.worker_cache: threads per
     #: Spark task)
     thread_option: ClassVar[str | None] = None
+    #: True when `generate` yields `ScoredToken`s for params with `logprobs` set
+    scores_tokens: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod
@@ -73,8 +75,24 @@ class Engine(ABC):
     def eos_token_ids(self) -> frozenset[int]: ...
 
     @abstractmethod
-    def tokenize(self, text: str) -> list[int]:
-        """Token ids of a rendered prompt, special tokens parsed, BOS added if the model wants it."""
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Token ids of `text`. By default (a rendered prompt) special tokens written in the text
+        are parsed and BOS is added if the model wants it (and the text does not start with it);
+        `add_special=False` adds nothing, `parse_special=False` reads special-token text as text."""
+
+    @property
+    @abstractmethod
+    def n_vocab(self) -> int:
+        """How many token ids the model has (ids are 0..n_vocab-1)."""
+
+    @abstractmethod
+    def token_piece(self, token_id: int) -> bytes:
+        """One token's bytes, special tokens as their text (`<|im_end|>`): what /tokenize shows
+        and a logprob's `bytes` are. Part of a character for byte tokens."""
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids`, special tokens as their text; broken UTF-8 as U+FFFD."""
+        return b"".join(self.token_piece(t) for t in token_ids).decode("utf-8", errors="replace")
 
     @abstractmethod
     def chat_template(self) -> ChatTemplate | None:
@@ -90,6 +108,19 @@ class Engine(ABC):
     ) -> Iterator[int]:
         """Yield sampled token ids until the caller stops iterating, `cancel` is raised or the
         context is full. Closing the iterator frees the generation's engine state."""
+
+    def generate_group(
+        self, prompt_ids: Sequence[int], params: Sequence[SamplingParams], cancel: CancelToken
+    ) -> list[Iterator[int]]:
+        """Several answers to one prompt (OpenAI's `n`), one token iterator each. By default
+        independent generations: an engine that decodes one at a time runs them in turn (read
+        them one after the other); a batching engine shares the computed prompt."""
+        return [self.generate(prompt_ids, p, cancel) for p in params]
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        """One pooled vector per input (token ids), not normalised; an engine or model that cannot
+        pool token states refuses with an `InvalidRequest` naming `model`."""
+        raise InvalidRequest.single("model", f"the {self.name} engine does not make embeddings")
 
     def stats(self) -> Any | None:
         """Scheduler numbers for the server's metrics (a batching engine); None otherwise."""

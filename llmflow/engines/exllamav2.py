@@ -132,6 +132,7 @@ class ExLlamaV2Engine(Engine):
         self.options = options
         self._path = files.path
         self._pieces = files.token_bytes(model.config.vocab_size)
+        self._special = files.special_token_texts()
         self._eos = files.eos_token_ids() | _ids(tokenizer.eos_token_id)
         self._chat_template = files.chat_template()
         self._add_bos = files.adds_bos()
@@ -172,15 +173,23 @@ class ExLlamaV2Engine(Engine):
     def eos_token_ids(self) -> frozenset[int]:
         return self._eos
 
-    def tokenize(self, text: str) -> list[int]:
-        ids = self.tokenizer.encode(text, encode_special_tokens=True)[0].tolist()
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        ids = self.tokenizer.encode(text, encode_special_tokens=parse_special)[0].tolist()
         if (
-            self._add_bos
+            add_special
+            and self._add_bos
             and self._bos_id is not None
             and not (self._bos_text and text.startswith(self._bos_text))
         ):
             ids.insert(0, self._bos_id)  # unless the template wrote BOS already
         return ids
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self._pieces)
+
+    def token_piece(self, token_id: int) -> bytes:
+        return self._special.get(token_id) or self._pieces[token_id]
 
     def chat_template(self) -> ChatTemplate | None:
         return self._chat_template

@@ -154,6 +154,15 @@ class HfModelDir:
     def token_bytes(self, size: int = 0) -> list[bytes]:
         return token_bytes_table(self.tokenizer_json, size)
 
+    def special_token_texts(self) -> dict[int, bytes]:
+        """Special added tokens' text by id (the bytes table renders them as nothing)."""
+        added = self.tokenizer_json.get("added_tokens", [])
+        return {
+            t["id"]: str(t.get("content", "")).encode("utf-8")
+            for t in added
+            if isinstance(t.get("id"), int) and t.get("special")
+        }
+
     def token_id(self, text: str) -> int | None:
         """The id of a piece or added token, by its exact text."""
         for token in self.tokenizer_json.get("added_tokens", []):

@@ -16,6 +16,8 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from llmflow.engines.base import Engine, EngineOptions
 from llmflow.engines.buffer_types import decide_extra_buffers
+from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
+from llmflow.engines.logprobs import scored
 from llmflow.engines.openmp import release_thread_team
 from llmflow.errors import EngineUnavailable, ModelNotFound
 from llmflow.params import SamplingParams
@@ -62,6 +64,11 @@ class LlamaCppOptions(EngineOptions):
         None,
         description="let llama.cpp put weights in its extra CPU buffer types (repacked Q4_0/Q8_0, AMX); "
         "default: yes, unless the llama.cpp build has AMX, whose matrix path crashes on some Intel Xeons",
+    )
+    pooling: Literal["mean", "cls", "last"] | None = Field(
+        None,
+        description="how /v1/embeddings pools token states; default: the model's own (GGUF metadata), "
+        "which a chat model does not have",
     )
     prompt_cache: bool = Field(
         False,
@@ -124,9 +131,14 @@ def has_gpu_backend(llama_cpp: Any) -> bool:
 
 
 class VocabMethods:
-    """The engine methods that only read the model's vocabulary, shared by both llama.cpp engines."""
+    """The engine methods both llama.cpp engines share: the vocabulary, and embeddings from a
+    context of their own (`llmflow.engines.llama_cpp_embed`)."""
 
     _vocab: LlamaVocab
+    _embedder: LazyEmbedder
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        return self._embedder.embed(inputs)
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
@@ -136,8 +148,15 @@ class VocabMethods:
     def metadata(self) -> dict[str, str]:
         return dict(self._vocab.metadata)
 
-    def tokenize(self, text: str) -> list[int]:
-        return self._vocab.tokenize(text)
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self._vocab.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    @property
+    def n_vocab(self) -> int:
+        return self._vocab.n_vocab
+
+    def token_piece(self, token_id: int) -> bytes:
+        return self._vocab.special_piece(token_id)
 
     def chat_template(self) -> ChatTemplate | None:
         return self._vocab.chat_template()
@@ -153,12 +172,14 @@ class LlamaCppEngine(VocabMethods, Engine):
     name: ClassVar[str] = "llama_cpp"
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
     thread_option: ClassVar[str | None] = "n_threads"
+    scores_tokens: ClassVar[bool] = True
 
     def __init__(self, llama: Any, model_path: Path, options: LlamaCppOptions):
         self._llama = llama
         self._model_path = model_path
         self.options = options
         self._vocab = LlamaVocab(llama._model, llama.metadata)
+        self._embedder = lazy_embedder(self._vocab.model, options, self.n_ctx)
 
     @classmethod
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppEngine:
@@ -212,17 +233,27 @@ class LlamaCppEngine(VocabMethods, Engine):
             temp=params.temperature,
             repeat_penalty=params.repetition_penalty,
         )
+        top = params.logprobs
         try:
             # Check between tokens: resuming `tokens` is what decodes the next one.
             for produced, token in enumerate(tokens, 1):
-                yield token
+                # until resumed, the context's last logits are those the token was sampled from
+                yield token if top is None else scored(token, self._last_logits(), top)
                 if produced >= limit or cancel.cancelled:
                     return
         finally:
             tokens.close()
             release_thread_team()  # see `llmflow.engines.openmp`: callers' threads vary
 
+    def _last_logits(self) -> Any:
+        import llama_cpp
+        import numpy as np
+
+        row = llama_cpp.llama_get_logits_ith(self._llama.ctx, -1)
+        return np.ctypeslib.as_array(row, shape=(self.n_vocab,))
+
     def close(self) -> None:
+        self._embedder.close()
         self._llama.close()
 
 
@@ -278,6 +309,7 @@ class LlamaVocab:
         """`model` is a `llama_cpp._internals.LlamaModel`."""
         import llama_cpp
 
+        self.model = model
         self._model = model
         self.metadata = metadata
         vocab = model.vocab
@@ -290,11 +322,17 @@ class LlamaVocab:
         self.bos_text = _special_text(llama_cpp, vocab, llama_cpp.llama_vocab_bos(vocab))
         self.eos_text = _special_text(llama_cpp, vocab, llama_cpp.llama_vocab_eos(vocab))
 
-    def tokenize(self, text: str) -> list[int]:
-        add_bos = self.add_bos
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        add_bos = add_special and self.add_bos
         if add_bos and self.bos_text and text.startswith(self.bos_text):
             add_bos = False  # the template wrote BOS already
-        return self._model.tokenize(text.encode("utf-8"), add_bos, True)
+        return self._model.tokenize(text.encode("utf-8"), add_bos, parse_special)
+
+    def special_piece(self, token_id: int) -> bytes:
+        """A token's bytes with a special token as its text (not a per-token path)."""
+        import llama_cpp
+
+        return _piece(llama_cpp, self._model.vocab, token_id, special=True)
 
     def chat_template(self) -> ChatTemplate | None:
         source = self.metadata.get("tokenizer.chat_template")

@@ -33,6 +33,8 @@ from llmflow.engines.llama_cpp import (
     resolve_load,
     usable_cores,
 )
+from llmflow.engines.llama_cpp_embed import lazy_embedder
+from llmflow.engines.logprobs import scored
 from llmflow.engines.openmp import release_thread_team
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
 from llmflow.errors import EngineFailed, InvalidParams, ModelNotFound
@@ -153,6 +155,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
     concurrent: ClassVar[bool] = True
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
     thread_option: ClassVar[str | None] = "n_threads"
+    scores_tokens: ClassVar[bool] = True
 
     def __init__(
         self, backend: LlamaStepBackend, vocab: LlamaVocab, model_path: Path, options: LlamaCppBatchedOptions
@@ -161,6 +164,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         self._vocab = vocab
         self._model_path = model_path
         self.options = options
+        self._embedder = lazy_embedder(vocab.model, options, backend.n_ctx_seq)
         shape = backend.shape
         self._scheduler = BatchScheduler(
             backend,
@@ -207,11 +211,24 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
             params = params.model_copy(update={"seed": self.options.seed})
         return self._scheduler.generate(prompt_ids, params, cancel)
 
+    def generate_group(
+        self, prompt_ids: Sequence[int], params: Sequence[SamplingParams], cancel: CancelToken
+    ) -> list[Iterator[int]]:
+        """The prompt computed once, its KV cache copied to the other choices' sequences."""
+        seed = self.options.seed
+        if seed is not None:  # as the LLM derives choices' seeds from a request's: one apart
+            params = [
+                p if p.seed is not None else p.model_copy(update={"seed": (seed + i) % 2**32})
+                for i, p in enumerate(params)
+            ]
+        return self._scheduler.generate_group(prompt_ids, params, cancel)
+
     def stats(self) -> SchedulerStats:
         return self._scheduler.stats()
 
     def close(self) -> None:
         self._scheduler.close()
+        self._embedder.close()
         self._backend.close()
 
 
@@ -308,8 +325,9 @@ class LlamaStepBackend:
         self.compute()
         return self.sample(samples)
 
-    def fill(self, entries: Sequence[BatchEntry]) -> list[tuple[Any, int]]:
-        """Write the entries into the llama.cpp batch; returns (sampler, batch index) to sample."""
+    def fill(self, entries: Sequence[BatchEntry]) -> list[tuple[Any, int, int | None]]:
+        """Write the entries into the llama.cpp batch; returns (sampler, batch index, logprobs)
+        to sample."""
         batch = self._batch
         token, pos, seq_id, logits = batch.token, batch.pos, batch.seq_id, batch.logits
         samples = []
@@ -325,7 +343,7 @@ class LlamaStepBackend:
                 p += 1
             if entry.sample:
                 logits[i - 1] = 1
-                samples.append((entry.sampler, i - 1))
+                samples.append((entry.sampler, i - 1, entry.logprobs))
         batch.n_tokens = i
         return samples
 
@@ -338,18 +356,26 @@ class LlamaStepBackend:
             )
         self._lib.llama_synchronize(self._ctx)
 
-    def sample(self, samples: Sequence[tuple[Any, int]]) -> list[int]:
+    def sample(self, samples: Sequence[tuple[Any, int, int | None]]) -> list[int]:
         lib, ctx = self._lib, self._ctx
-        return [
+        tokens = [
             self._argmax(index) if sampler is GREEDY else lib.llama_sampler_sample(sampler, ctx, index)
-            for sampler, index in samples
+            for sampler, index, _ in samples
         ]
+        for k, (_, index, top) in enumerate(samples):
+            if top is not None:
+                tokens[k] = scored(tokens[k], self._logits(index), top)
+        return tokens
 
     def _argmax(self, index: int) -> int:
         """What llama.cpp's greedy sampler picks (the first of equal maxima), without copying the
         logits into a candidate list first: about a tenth of its time for a large vocabulary."""
+        return int(self._logits(index).argmax())
+
+    def _logits(self, index: int) -> np.ndarray:
+        """The raw logits of batch row `index` (a view; a sampler chain does not change them)."""
         row = self._lib.llama_get_logits_ith(self._ctx, index)
-        return int(np.ctypeslib.as_array(row, shape=(self._n_vocab,)).argmax())
+        return np.ctypeslib.as_array(row, shape=(self._n_vocab,))
 
     def new_sampler(self, params: SamplingParams) -> Any:
         """A sampler chain in the order of llama-cpp-python's `Llama`, so that both llama.cpp

@@ -35,6 +35,8 @@ class BatchEntry:
     #: sample the next token from the logits after the last of `tokens`
     sample: bool
     sampler: Any
+    #: with the sampled token, its logprob and this many most likely tokens' (None = off)
+    logprobs: int | None = None
 
 
 class StepBackend(Protocol):
@@ -86,6 +88,7 @@ class Request:
         "closed",
         "fed",
         "generated",
+        "leader",
         "limit",
         "out",
         "params",
@@ -110,6 +113,8 @@ class Request:
         self.sampler: Any = None
         #: set by the consumer's thread when it stops reading
         self.closed = False
+        #: another choice of the same prompt, whose computed prompt this one copies
+        self.leader: Request | None = None
 
     @property
     def pending(self) -> int:
@@ -121,6 +126,38 @@ class Request:
 
 
 _END = object()
+
+
+class TokenStream:
+    """One request's tokens as the scheduler samples them, read from its queue. Reading to the
+    end, an error, `close()` or a cancel frees its sequence at the next step (also when it was
+    never read)."""
+
+    __slots__ = ("_request", "_done")
+
+    def __init__(self, request: Request):
+        self._request = request
+        self._done = False
+
+    def __iter__(self) -> TokenStream:
+        return self
+
+    def __next__(self) -> int:
+        if self._done:
+            raise StopIteration
+        request = self._request
+        item = request.out.get()
+        if item is _END or request.cancel.cancelled:
+            self.close()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._done = True
+        self._request.closed = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +196,14 @@ def plan_step(running: Sequence[Request], n_batch: int, chunk: int, *, one_pass:
 
 
 def _entry(r: Request, start: int, end: int) -> BatchEntry:
-    return BatchEntry(r.seq, r.tokens[start:end], start, end == len(r.tokens), r.sampler)
+    return BatchEntry(r.seq, r.tokens[start:end], start, end == len(r.tokens), r.sampler, r.params.logprobs)
+
+
+def _waits_for_leader(request: Request) -> bool:
+    """A choice waits while its leader is still computing the shared prompt (a leader that
+    ended, or not yet placed, leaves the choice to compute it itself once placed)."""
+    leader = request.leader
+    return leader is not None and not leader.ended and leader.seq >= 0 and leader.fed < leader.prompt_len
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -231,17 +275,24 @@ class BatchScheduler:
         request = Request(prompt_ids, params, cancel, min(params.max_tokens, self.n_ctx - len(prompt_ids)))
         if request.limit <= 0:
             return
-        self._submit(request)
-        try:
-            while True:
-                item = request.out.get()
-                if item is _END or cancel.cancelled:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            request.closed = True
+        self._submit([request])
+        yield from TokenStream(request)
+
+    def generate_group(
+        self, prompt_ids: Sequence[int], params: Sequence[SamplingParams], cancel: CancelToken
+    ) -> list[Iterator[int]]:
+        """Several answers to one prompt (OpenAI's `n`), one iterator each, to be read at once
+        (from several threads). The prompt is computed once: the others copy its KV cache
+        (all but its last token, which each computes itself, so that each samples its own first
+        token) once the first choice has computed it."""
+        limit = self.n_ctx - len(prompt_ids)
+        requests = [Request(prompt_ids, p, cancel, min(p.max_tokens, limit)) for p in params]
+        if limit <= 0:
+            return [iter(()) for _ in requests]
+        for follower in requests[1:]:
+            follower.leader = requests[0]
+        self._submit(requests)
+        return [TokenStream(r) for r in requests]
 
     def stats(self) -> SchedulerStats:
         with self._cond:
@@ -265,13 +316,13 @@ class BatchScheduler:
         if self._thread is not threading.current_thread():
             self._thread.join()
 
-    def _submit(self, request: Request) -> None:
+    def _submit(self, requests: Sequence[Request]) -> None:
         with self._cond:
             if self._failure is not None:
                 raise EngineFailed(str(self._failure))
             if self._stopping:
                 raise EngineFailed("the engine is closed")
-            self._waiting.append(request)
+            self._waiting.extend(requests)
             self._cond.notify()
 
     # -- scheduler thread --
@@ -369,12 +420,21 @@ class BatchScheduler:
                     request.out.put(_END)
 
     def _admit(self) -> None:
+        """Fill free sequences in arrival order; a choice whose leader has not computed the
+        prompt yet keeps its place in the queue."""
+        deferred: list[Request] = []
         while None in self._holder:
             with self._cond:
                 if not self._waiting:
-                    return
+                    break
                 request = self._waiting.popleft()
+            if _waits_for_leader(request):
+                deferred.append(request)
+                continue
             self._place(request, self._holder.index(None))
+        if deferred:
+            with self._cond:
+                self._waiting.extendleft(reversed(deferred))
 
     def _place(self, request: Request, seq: int) -> None:
         """Start `request` in sequence `seq`, reusing the longest cached prefix of its prompt
@@ -390,6 +450,10 @@ class BatchScheduler:
             self.backend.copy(best, seq)  # a memory copy: cheaper than computing a chunk
             self._cached[seq] = self._cached[best]
             reuse = best_reuse
+        leader = request.leader
+        if leader is not None and leader.seq >= 0 and request.prompt_len - 1 > reuse:
+            self.backend.copy(leader.seq, seq)  # the prompt its leader computed
+            reuse = request.prompt_len - 1
         request.fed = self.backend.truncate(seq, reuse)
         request.seq = seq
         request.sampler = self.backend.new_sampler(request.params)

@@ -219,6 +219,8 @@ def chunk_dicts(chunks: Iterator[Chunk], timings: RequestTimings | None = None) 
 
 def chunk_to_dict(chunk: Chunk) -> dict[str, Any]:
     if not chunk.is_final:
+        if chunk.logprobs:  # asked for with the `logprobs` param
+            return {"content": chunk.text, "logprobs": [t.to_dict() for t in chunk.logprobs]}
         return {"content": chunk.text}
     assert chunk.finish_reason is not None and chunk.usage is not None
     return {"content": "", "finish_reason": chunk.finish_reason.value, "usage": chunk.usage.to_dict()}
@@ -234,11 +236,14 @@ def chunk_from_dict(data: dict[str, Any]) -> Chunk:
 
 
 def completion_to_dict(completion: Completion) -> dict[str, Any]:
-    return {
+    answer = {
         "content": completion.text,
         "finish_reason": completion.finish_reason.value,
         "usage": completion.usage.to_dict(),
     }
+    if completion.logprobs:  # asked for with the `logprobs` param
+        answer["logprobs"] = [t.to_dict() for t in completion.logprobs]
+    return answer
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from fastapi.routing import APIRoute
 from starlette.middleware.cors import CORSMiddleware
 
 from llmflow import __version__
-from llmflow.server import health, invocations, openai, playground, responses
+from llmflow.server import embeddings, health, invocations, openai, playground, responses, tokens
 from llmflow.server.error_answers import EXCEPTION_HANDLERS
 from llmflow.server.middleware import ApiKeyMiddleware, BodyLimitMiddleware, ResponseCounterMiddleware
 from llmflow.server.served import ServedModel
@@ -23,7 +23,14 @@ from llmflow.server.state import ServerState
 
 logger = logging.getLogger(__name__)
 
-ROUTERS = (health.router, openai.router, responses.router, invocations.router)
+ROUTERS = (
+    health.router,
+    openai.router,
+    responses.router,
+    embeddings.router,
+    tokens.router,
+    invocations.router,
+)
 
 
 def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:

@@ -11,11 +11,13 @@ an MLflow trace whose span holds the request, the whole answer, usage and timing
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from llmflow.choices import stream_choices
 from llmflow.errors import (
     FieldProblem,
     InvalidParams,
@@ -29,7 +31,7 @@ from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.server import openai_format
 from llmflow.server.event_stream import EventStream
-from llmflow.server.openai_format import StreamFormat
+from llmflow.server.openai_format import ChoicesFormat, StreamFormat
 from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.running import start_generation
 from llmflow.server.schemas import (
@@ -69,9 +71,22 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     state = get_state(request)
     llm = llm_for(state, body.model)
     max_tokens = body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens
-    params = _sampling_params(llm, body, max_tokens=max_tokens)
+    params = _sampling_params(llm, body, max_tokens=max_tokens, max_n=state.settings.max_n)
     messages = [message.model_dump(include={"role", "content"}) for message in body.messages]
-    prepared = await prepare(llm, messages, params, raw=False)
+    variables = None
+    if body.reasoning_effort is not None:
+        variables = {
+            "reasoning_effort": body.reasoning_effort,
+            "enable_thinking": body.reasoning_effort != "none",
+        }
+    prepared = await prepare(
+        llm,
+        messages,
+        params,
+        raw=False,
+        reasoning_format=state.settings.reasoning_format,
+        template_vars=variables,
+    )
     return await _answer(state, request, llm, prepared, body, timings, chat=True)
 
 
@@ -81,7 +96,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     timings = RequestTimings()
     state = get_state(request)
     llm = llm_for(state, body.model)
-    params = _sampling_params(llm, body, max_tokens=body.max_tokens)
+    params = _sampling_params(llm, body, max_tokens=body.max_tokens, max_n=state.settings.max_n)
     prepared = await prepare(llm, _single_prompt(body.prompt), params, raw=True)
     return await _answer(state, request, llm, prepared, body, timings, chat=False)
 
@@ -107,8 +122,9 @@ def _unknown_model(model: str, state: ServerState) -> ModelNotFound:
     return error
 
 
-def llm_for(state: ServerState, model: str) -> LLM:
-    if model != state.served.name:
+def llm_for(state: ServerState, model: str | None) -> LLM:
+    """The served LLM for a request's `model` (None: whichever is served)."""
+    if model is not None and model != state.served.name:
         raise _unknown_model(model, state)
     if state.served.llm is None:
         raise UnsupportedEndpoint(
@@ -119,14 +135,15 @@ def llm_for(state: ServerState, model: str) -> LLM:
 
 
 def _sampling_params(
-    llm: LLM, body: ChatCompletionRequest | CompletionRequest, max_tokens: int | None
+    llm: LLM, body: ChatCompletionRequest | CompletionRequest, max_tokens: int | None, max_n: int
 ) -> SamplingParams:
-    problems = _unsupported_fields(body)
+    problems = _unsupported_fields(body, max_n)
     if problems:
         raise InvalidRequest(problems)
     values = {name: getattr(body, name) for name in _SAMPLING_FIELDS if getattr(body, name) is not None}
     if max_tokens is not None:
         values["max_tokens"] = max_tokens
+    values["logprobs"] = _logprobs(body)
     try:
         return llm.default_params.merged(values)
     except InvalidParams as exc:
@@ -136,21 +153,28 @@ def _sampling_params(
         raise
 
 
+def _logprobs(body: ChatCompletionRequest | CompletionRequest) -> int | None:
+    """How many most likely tokens come with each token's logprob; None: no logprobs."""
+    if isinstance(body, CompletionRequest):
+        return body.logprobs
+    return (body.top_logprobs or 0) if body.logprobs else None
+
+
 def _rename(field: str) -> str:
     return "max_completion_tokens" if field == "max_tokens" else field
 
 
-def _unsupported_fields(body: ChatCompletionRequest | CompletionRequest) -> list[FieldProblem]:
+def _unsupported_fields(body: ChatCompletionRequest | CompletionRequest, max_n: int) -> list[FieldProblem]:
     problems = []
     if body.stream_options is not None and not body.stream:
         problems.append(FieldProblem("stream_options", "is only allowed when stream is true"))
-    if body.n not in (None, 1):
-        problems.append(FieldProblem("n", "only n=1 is supported"))
+    if body.n is not None and not 1 <= body.n <= max_n:
+        problems.append(FieldProblem("n", f"must be from 1 to {max_n} (this server's limit)"))
     for name in ("frequency_penalty", "presence_penalty"):
         if getattr(body, name) not in (None, 0):
             problems.append(FieldProblem(name, "is not supported (only 0)"))
-    if body.logprobs:
-        problems.append(FieldProblem("logprobs", "is not supported"))
+    if isinstance(body, ChatCompletionRequest) and body.top_logprobs is not None and not body.logprobs:
+        problems.append(FieldProblem("top_logprobs", "needs logprobs: true"))
     if isinstance(body, CompletionRequest) and body.echo:
         problems.append(FieldProblem("echo", "is not supported"))
     return problems
@@ -164,10 +188,13 @@ def _single_prompt(prompt: str | list[str]) -> str:
     return prompt[0]
 
 
-async def prepare(llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool) -> PreparedRequest:
-    """Render and tokenize in a thread (a long prompt takes a while), raising llmflow errors."""
+async def prepare(
+    llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool, **options: Any
+) -> PreparedRequest:
+    """Render and tokenize in a thread (a long prompt takes a while), raising llmflow errors;
+    `options` are `LLM.prepare`'s."""
     try:
-        return await asyncio.to_thread(llm.prepare, prompt, params, raw=raw)
+        return await asyncio.to_thread(llm.prepare, prompt, params, raw=raw, **options)
     except UnicodeEncodeError:
         field = "prompt" if raw else "messages"
         raise InvalidRequest.single(
@@ -191,19 +218,24 @@ async def _answer(
         ("llmflow.chat_completions", SPAN_TYPE_CHAT) if chat else ("llmflow.completions", SPAN_TYPE_LLM)
     )
     observed = observe(state, timings, name, lambda: body.model_dump(exclude_unset=True), span_type=span_type)
+    n = body.n or 1
+    options: dict[str, Any] = {
+        "chat": chat,
+        "model": state.served.name,
+        "include_usage": bool(body.stream_options and body.stream_options.include_usage),
+        "with_timings": bool(body.timings),
+        "with_logprobs": prepared.params.logprobs is not None,
+    }
+    if n == 1:
+        fmt: StreamFormat = StreamFormat(**options)
+        source: Callable[[], Iterator[Any]] = lambda: llm.stream_prepared(prepared, cancel)  # noqa: E731
+    else:
+        fmt = ChoicesFormat(**options, n=n)
+        source = lambda: stream_choices(llm, prepared, n, cancel)  # noqa: E731
     generation = await start_generation(
-        state,
-        lambda: llm.stream_prepared(prepared, cancel),
-        observed,
-        StreamFormat.final_of,
-        cancel,
-        receive=request.receive,
-    )
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    fmt = StreamFormat(
-        chat=chat, model=state.served.name, include_usage=include_usage, with_timings=bool(body.timings)
+        state, source, observed, fmt.final_of, cancel, receive=request.receive
     )
     if body.stream:
         return EventStream(stream_events(generation, fmt), on_close=generation.close)
-    completion = await collect(generation, request.receive)
-    return JSONResponse(fmt.answer(completion, timings))
+    completions = await collect(generation, request.receive, n)
+    return JSONResponse(fmt.answer(completions, timings))

@@ -9,8 +9,10 @@ import time
 import uuid
 from typing import Any
 
+from llmflow.choices import ChoiceChunk
 from llmflow.observability import RequestTimings
 from llmflow.server.error_answers import sse_error_event
+from llmflow.server.openai_logprobs import TextLogprobs, chat_logprobs
 from llmflow.server.pipeline import ChunkFormat
 from llmflow.types import Chunk, Completion, FinishReason, Usage
 
@@ -33,10 +35,22 @@ class StreamFormat(ChunkFormat):
     chunk, usage chunk (with `include_usage`). With `with_timings` (llmflow's extension) the last
     chunk carries the request's `timings`."""
 
-    def __init__(self, *, chat: bool, model: str, include_usage: bool, with_timings: bool = False):
+    def __init__(
+        self,
+        *,
+        chat: bool,
+        model: str,
+        include_usage: bool,
+        with_timings: bool = False,
+        with_logprobs: bool = False,
+        n: int = 1,
+    ):
         self.chat = chat
         self.include_usage = include_usage
         self.with_timings = with_timings
+        self.with_logprobs = with_logprobs
+        self.n = n
+        self._text_logprobs = [TextLogprobs() for _ in range(n)]
         self._head = {
             "id": new_id("chatcmpl" if chat else "cmpl"),
             "object": "chat.completion.chunk" if chat else "text_completion",
@@ -52,6 +66,8 @@ class StreamFormat(ChunkFormat):
             suffix = ',"logprobs":null,"finish_reason":null}]' + usage_tail + "}"
         self._prefix = b"data: " + prefix.encode()
         self._suffix = suffix.encode() + b"\n\n"
+        # a reasoning model's thinking, under both names clients read (llama.cpp's and vLLM's)
+        self._thinking_prefix = self._prefix.replace(b'"delta":{"content":', b'"delta":{"reasoning_content":')
 
     # -- WireFormat[Chunk] ----------------------------------------------------------------------
     def opening(self) -> bytes:
@@ -59,6 +75,11 @@ class StreamFormat(ChunkFormat):
 
     def item(self, chunk: Chunk) -> bytes:
         """The per-token path."""
+        if chunk.logprobs:
+            return self._scored(chunk)
+        if chunk.reasoning:
+            thinking = json.dumps(chunk.reasoning, ensure_ascii=False).encode()
+            return self._thinking_prefix + thinking + b',"reasoning":' + thinking + self._suffix
         return self._prefix + json.dumps(chunk.text, ensure_ascii=False).encode() + self._suffix
 
     def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
@@ -71,42 +92,70 @@ class StreamFormat(ChunkFormat):
     def error(error: Exception) -> bytes:
         return sse_error_event(error)
 
-    def answer(self, completion: Completion, timings: RequestTimings) -> dict[str, Any]:
-        """The whole answer, not streamed: `chat.completion` (text in `message`) or `text_completion`."""
-        choice: dict[str, Any] = {"index": 0}
-        if self.chat:
-            choice["message"] = {"role": "assistant", "content": completion.text}
-        else:
-            choice["text"] = completion.text
-        choice.update(logprobs=None, finish_reason=completion.finish_reason.value)
+    def answer(self, completions: list[Completion], timings: RequestTimings) -> dict[str, Any]:
+        """The whole answer, not streamed: `chat.completion` (text in `message`) or
+        `text_completion`, a choice per completion (all carry the usage of all)."""
         answer: dict[str, Any] = {
             "id": new_id("chatcmpl" if self.chat else "cmpl"),
             "object": "chat.completion" if self.chat else "text_completion",
             "created": int(time.time()),
             "model": self._head["model"],
-            "choices": [choice],
-            "usage": completion.usage.to_dict(),
+            "choices": [self._whole_choice(i, c) for i, c in enumerate(completions)],
+            "usage": completions[0].usage.to_dict(),
         }
         if self.with_timings:
             answer["timings"] = timings.to_dict()
         return answer
 
-    # -- events ------------------------------------------------------------------------------------
-    def role(self) -> bytes:
-        return self._event(self._choice({"role": "assistant", "content": ""}, None))
+    def _whole_choice(self, index: int, completion: Completion) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": index}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": completion.text}
+            if completion.reasoning:
+                choice["message"].update(
+                    reasoning_content=completion.reasoning, reasoning=completion.reasoning
+                )
+        else:
+            choice["text"] = completion.text
+        logprobs = None
+        if self.with_logprobs:
+            entries = completion.logprobs
+            logprobs = chat_logprobs(entries) if self.chat else TextLogprobs()(entries)
+        choice.update(logprobs=logprobs, finish_reason=completion.finish_reason.value)
+        return choice
 
-    def finish(self, reason: FinishReason | None, extra: dict[str, Any] | None = None) -> bytes:
+    def _scored(self, chunk: Chunk, index: int = 0) -> bytes:
+        """A chunk built as a dict: with its tokens' logprobs (asked for: off the plain
+        per-token path), or of choice `index`."""
+        if not self.chat:
+            logprobs = self._text_logprobs[index](chunk.logprobs) if self.with_logprobs else None
+            return self._event(self._choice(chunk.text, None, logprobs, index))
+        delta = {"content": chunk.text}
+        if chunk.reasoning:
+            delta = {"reasoning_content": chunk.reasoning, "reasoning": chunk.reasoning}
+        logprobs = chat_logprobs(chunk.logprobs) if self.with_logprobs else None
+        return self._event(self._choice(delta, None, logprobs, index))
+
+    # -- events ------------------------------------------------------------------------------------
+    def role(self, index: int = 0) -> bytes:
+        return self._event(self._choice({"role": "assistant", "content": ""}, None, index=index))
+
+    def finish(
+        self, reason: FinishReason | None, extra: dict[str, Any] | None = None, index: int = 0
+    ) -> bytes:
         """The chunk with the finish reason; `extra` keys (llmflow's `timings`) added at the top."""
-        body = self._choice({} if self.chat else "", finish_reason_value(reason))
+        body = self._choice({} if self.chat else "", finish_reason_value(reason), index=index)
         return self._event({**body, **extra} if extra else body)
 
     def usage(self, usage: Usage, extra: dict[str, Any] | None = None) -> bytes:
         return self._event({**self._head, "choices": [], "usage": usage.to_dict(), **(extra or {})})
 
-    def _choice(self, delta: Any, finish_reason: str | None) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0}
+    def _choice(
+        self, delta: Any, finish_reason: str | None, logprobs: Any = None, index: int = 0
+    ) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": index}
         choice["delta" if self.chat else "text"] = delta
-        choice["logprobs"] = None
+        choice["logprobs"] = logprobs
         choice["finish_reason"] = finish_reason
         body: dict[str, Any] = {**self._head, "choices": [choice]}
         if self.include_usage:
@@ -116,6 +165,35 @@ class StreamFormat(ChunkFormat):
     @staticmethod
     def _event(body: dict[str, Any]) -> bytes:
         return b"data: " + _dumps(body).encode() + b"\n\n"
+
+
+class ChoicesFormat(StreamFormat):
+    """`StreamFormat` for n > 1 answers to one request (a `WireFormat` of `ChoiceChunk`s): each
+    event names its choice's `index`; a choice's end is its finish chunk; the last one to end
+    brings the usage chunk (with `include_usage`)."""
+
+    def opening(self) -> bytes:
+        return b"".join(self.role(i) for i in range(self.n)) if self.chat else b""
+
+    @staticmethod
+    def final_of(item: ChoiceChunk) -> Chunk | None:
+        return item.chunk if item.chunk.usage is not None else None
+
+    @staticmethod
+    def text_of(item: ChoiceChunk) -> str:
+        return item.chunk.text
+
+    def item(self, item: ChoiceChunk) -> bytes:  # type: ignore[override]
+        chunk = item.chunk
+        if chunk.finish_reason is not None:
+            return self.finish(chunk.finish_reason, index=item.index)
+        return self._scored(chunk, item.index)
+
+    def final(self, item: ChoiceChunk, final: Chunk, timings: RequestTimings) -> bytes:  # type: ignore[override]
+        extra = {"timings": timings.to_dict()} if self.with_timings else None
+        if not self.include_usage or final.usage is None:
+            return self.finish(final.finish_reason, extra, index=item.index)
+        return self.finish(final.finish_reason, index=item.index) + self.usage(final.usage, extra)
 
 
 def model_list(name: str, created: int) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from llmflow.observability.trace import SPAN_TYPE_LLM
 from llmflow.server.event_stream import DONE
 from llmflow.server.running import RunningGeneration, stop_on_disconnect
 from llmflow.server.state import ServerState
-from llmflow.types import Chunk, Completion
+from llmflow.types import Chunk, Completion, FinishReason, TokenLogprob, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -118,25 +118,50 @@ async def stream_events(
     yield DONE
 
 
-async def collect(generation: RunningGeneration[Chunk], receive: Receive) -> Completion:
-    """The whole answer; a client that disconnects meanwhile stops the generation."""
-    parts: list[str] = []
+async def collect(generation: RunningGeneration[Any], receive: Receive, n: int = 1) -> list[Completion]:
+    """The whole answer: one completion per choice (items are `Chunk`s, or `ChoiceChunk`s when
+    `n` > 1), each with the usage of all. A client that disconnects meanwhile stops the
+    generation."""
+    answers = [_Answer() for _ in range(n)]
     observed = generation.observed
     try:
         with stop_on_disconnect(generation, receive):
-            async for chunk in generation.stream:
+            async for item in generation.stream:
+                index, chunk = (0, item) if n == 1 else (item.index, item.chunk)
+                answer = answers[index]
+                answer.logprobs += chunk.logprobs
                 if chunk.text:
                     observed.text(chunk.text)
-                    parts.append(chunk.text)
-                elif chunk.finish_reason is not None and chunk.usage is not None:
-                    observed.final(chunk)
-                    return Completion("".join(parts), chunk.finish_reason, chunk.usage)
+                    answer.parts.append(chunk.text)
+                elif chunk.reasoning:
+                    answer.thinking.append(chunk.reasoning)
+                elif chunk.finish_reason is not None:
+                    answer.finish = chunk.finish_reason
+                    if chunk.usage is not None:
+                        observed.final(chunk)
+                        return [a.completion(chunk.usage) for a in answers]
         raise RuntimeError("the generation ended without a final chunk")
     except BaseException:
         observed.decide("error")
         raise
     finally:
         generation.close()
+
+
+class _Answer:
+    """One choice's pieces, as `collect` gathers them."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.thinking: list[str] = []
+        self.logprobs: list[TokenLogprob] = []
+        self.finish: FinishReason | None = None
+
+    def completion(self, usage: Usage) -> Completion:
+        assert self.finish is not None
+        return Completion(
+            "".join(self.parts), self.finish, usage, "".join(self.thinking), tuple(self.logprobs)
+        )
 
 
 def log_stream_error(exc: Exception) -> None:

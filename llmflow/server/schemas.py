@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmflow.params import MAX_TOP_LOGPROBS
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -46,10 +48,9 @@ class _GenerationRequest(BaseModel):
     repetition_penalty: float | None = Field(None, description="llmflow extension; 1 = off")
     stop: str | list[str] | None = None
     seed: int | None = None
-    n: int | None = Field(1, description="only 1 is supported")
+    n: int | None = Field(1, description="answers to generate (up to the server's --max-n); usage counts all")
     frequency_penalty: float | None = Field(None, description="only 0 is supported")
     presence_penalty: float | None = Field(None, description="only 0 is supported")
-    logprobs: bool | None = Field(None, description="not supported; false or absent")
     user: str | None = Field(None, description="accepted and ignored")
     timings: bool = Field(
         False,
@@ -61,10 +62,30 @@ class _GenerationRequest(BaseModel):
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, description="tokens to generate at most")
+    logprobs: bool | None = Field(
+        None,
+        description="each token's logprob, from the model's distribution before penalties, "
+        "temperature and filters (vLLM's raw_logprobs)",
+    )
+    top_logprobs: int | None = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS, description="most likely tokens with each token (needs logprobs)"
+    )
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = Field(
+        None,
+        description="for reasoning models: handed to the chat template as `reasoning_effort`, and as "
+        '`enable_thinking` (false for "none"); templates that read neither ignore it',
+    )
 
 
 class CompletionRequest(_GenerationRequest):
     prompt: str | list[str] = Field(description="a string (a list must hold exactly one)")
+    logprobs: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TOP_LOGPROBS,
+        description="each token's logprob with this many most likely tokens', from the model's "
+        "distribution before penalties, temperature and filters (vLLM's raw_logprobs)",
+    )
     echo: bool | None = Field(None, description="not supported; false or absent")
 
 
@@ -130,13 +151,15 @@ class Timings(BaseModel):
 class AssistantMessage(BaseModel):
     role: Literal["assistant"]
     content: str
+    reasoning_content: str | None = Field(None, description="a reasoning model's thinking, when split")
+    reasoning: str | None = Field(None, description="the same, under vLLM's name")
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = Field(None, description="with logprobs: {content: [...]}")
 
 
 class ChatCompletion(BaseModel):
@@ -153,7 +176,9 @@ class TextChoice(BaseModel):
     index: int
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = Field(
+        None, description="with logprobs: {tokens, token_logprobs, top_logprobs, text_offset}"
+    )
 
 
 class TextCompletion(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 DEFAULT_HOST = "127.0.0.1"
@@ -41,6 +43,12 @@ class ServerSettings(BaseModel):
     retry_after_s: int = Field(1, ge=0, description="the Retry-After sent with 429 and 503")
     shutdown_grace_s: float = Field(
         10.0, ge=0, description="on SIGTERM, how long running streams may go on before they are ended"
+    )
+    max_n: int = Field(8, ge=1, description="answers one request may ask for at most (OpenAI's n)")
+    reasoning_format: Literal["parsed", "none"] = Field(
+        "parsed",
+        description="parsed: a reasoning model's thinking (<think>...</think>) goes to "
+        "delta.reasoning_content, apart from the answer; none: it stays in the content",
     )
     tracing: bool | None = Field(
         None, description="an MLflow trace per generation; None: only when an MLflow experiment is set"

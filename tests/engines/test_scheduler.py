@@ -465,3 +465,51 @@ def test_entries_carry_their_sampler():
     r.sampler = "s"
     ((_, entry),) = plan_step([r], 64, 8).prefill
     assert entry == BatchEntry(2, [1, 2, 3], 0, True, "s")
+
+
+def _read_all(streams) -> list[list[int]]:
+    """Read every stream at once, each in a thread of its own (as the choices of one request are)."""
+    results: list[list[int]] = [[] for _ in streams]
+
+    def read(i, stream):
+        results[i] = list(stream)
+
+    threads = [threading.Thread(target=read, args=(i, s)) for i, s in enumerate(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return results
+
+
+@pytest.mark.parametrize("parallel", [4, 2])
+def test_a_group_computes_its_prompt_once_and_each_choice_is_its_own_answer(parallel):
+    backend, scheduler = make(parallel=parallel)
+    fed = []
+    backend.on_decode = lambda entries: fed.extend(len(e.tokens) for e in entries)
+    try:
+        shared = prompt(3, length=5 * CHUNK + 3)
+        choices = [params(12, seed=40 + i) for i in range(4)]
+        results = _read_all(scheduler.generate_group(shared, choices, CancelToken()))
+        settle(scheduler)
+    finally:
+        scheduler.close()
+
+    assert results == [alone(shared, 12, seed=40 + i) for i in range(4)]
+    generated = sum(len(r) for r in results)
+    # the prompt once, each other choice its last prompt token, every generated token fed back
+    # (but the last of each); with fewer sequences than choices, later ones reuse cached chunks
+    assert sum(fed) <= len(shared) + 3 * (CHUNK + 1) + generated
+    if parallel == 4:
+        assert sum(fed) <= len(shared) + 3 + generated
+
+
+def test_a_group_whose_leader_is_cancelled_still_answers_nothing_more(sim):
+    backend, scheduler = sim
+    cancel = CancelToken()
+    streams = scheduler.generate_group(prompt(1, 30), [params(200, seed=i) for i in range(3)], cancel)
+    next(iter(streams[0]))
+    cancel.cancel()
+    assert all(len(r) <= 200 for r in _read_all(streams))
+    settle(scheduler)
+    assert scheduler.stats().running == 0 and not backend.samplers

@@ -206,3 +206,14 @@ def test_an_incomplete_character_at_the_end_is_flushed_as_replacement():
     ids = BACKEND.encode("a大", add_special_tokens=False).ids[:-1]
     assert "".join(_run(DecodeStreamDetokenizer(BACKEND, _decode), ids)) == "a\ufffd"
     assert "".join(_run(OffsetDetokenizer(_decode), ids)) == "a\ufffd"
+
+
+def test_logprobs_from_the_decode_loop(tiny):
+    chunks = list(tiny.stream(PROMPT, {"temperature": 0.0, "max_tokens": 6, "logprobs": 2}))
+    entries = [entry for chunk in chunks for entry in chunk.logprobs]
+
+    assert 1 <= len(entries) <= 6
+    for entry in entries:
+        assert entry.logprob <= 0.0 and len(entry.top) == 2
+        assert entry.top[0].logprob >= entry.top[1].logprob
+        assert abs(entry.logprob - entry.top[0].logprob) < 1e-5  # greedy: the most likely token

@@ -48,8 +48,15 @@ class ScriptedEngine(Engine):
     def eos_token_ids(self) -> frozenset[int]:
         return frozenset({EOS})
 
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return list(text.encode())
+
+    @property
+    def n_vocab(self) -> int:
+        return EOS + 1
+
+    def token_piece(self, token_id: int) -> bytes:
+        return b"<|im_end|>" if token_id == EOS else bytes([token_id])
 
     def chat_template(self) -> ChatTemplate | None:
         return ChatTemplate(TEMPLATE)

@@ -37,7 +37,8 @@ def _chat(model_name: str, **fields) -> dict:
         ({"max_completion_tokens": 0}, "max_completion_tokens"),
         ({"stop": [""]}, "stop"),
         ({"seed": -5}, "seed"),
-        ({"n": 2}, "n"),
+        ({"n": 9}, "n"),  # above the server limit (--max-n, 8)
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"presence_penalty": 1.0}, "presence_penalty"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
         ({"stream": True, "stream_options": {"bogus": 1}}, "stream_options.bogus"),

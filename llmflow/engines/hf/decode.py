@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from llmflow.engines.hf.sampling import Sampler
+from llmflow.engines.logprobs import scored_tensor
 from llmflow.types import CancelToken
 
 log = logging.getLogger(__name__)
@@ -182,27 +183,34 @@ def decode_tokens(
     cancel: CancelToken,
     *,
     pipelined: bool,
+    logprobs: int | None = None,
 ) -> Iterator[int]:
-    """Yield up to `limit` sampled token ids; stop between two tokens on cancel or close."""
+    """Yield up to `limit` sampled token ids; stop between two tokens on cancel or close. With
+    `logprobs`, each as a `ScoredToken` (see `llmflow.engines.logprobs`; not pipelined then)."""
     import torch
 
-    host = _HostToken(torch) if pipelined else None
+    host = _HostToken(torch) if pipelined and logprobs is None else None
     try:
         with torch.inference_mode():
-            token = sampler(runner.start(prompt))
+            logits = runner.start(prompt)
+            token = sampler(logits)
         for produced in range(1, limit + 1):
             ahead = host is not None and produced < limit
             if ahead:
                 host.fetch(token)
                 token = _next(runner, sampler, token, torch)
                 value = host.wait()
-            else:
+            elif logprobs is None:
                 value = int(token)
+            else:
+                value = scored_tensor(int(token), logits, logprobs)
             yield value
             if produced == limit or cancel.cancelled:
                 return
             if not ahead:
-                token = _next(runner, sampler, token, torch)
+                logits = runner.step(token)
+                with torch.inference_mode():
+                    token = sampler(logits)
     finally:
         runner.finish()
 

@@ -44,6 +44,8 @@ class TransformersEngine(Engine):
         self._n_ctx = _context_window(model, options, self.placement)
         self._runner: Any = None
         self._batcher: Any = None
+        #: llmflow's own decode loop scores tokens; transformers' continuous batching does not
+        self.scores_tokens = not options.continuous_batching
         if options.continuous_batching:
             self._start_batching()
         else:
@@ -105,11 +107,24 @@ class TransformersEngine(Engine):
     def model(self) -> Any:
         return self._model
 
-    def tokenize(self, text: str) -> list[int]:
-        add_special = self._add_special and not (self._bos_text and text.startswith(self._bos_text))
-        if self._backend is not None:
-            return self._backend.encode(text, add_special_tokens=add_special).ids
-        return self._tokenizer.encode(text, add_special_tokens=add_special)
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        add = add_special and self._add_special
+        add = add and not (self._bos_text and text.startswith(self._bos_text))
+        if self._backend is not None and parse_special:
+            return self._backend.encode(text, add_special_tokens=add).ids
+        return self._tokenizer.encode(text, add_special_tokens=add, split_special_tokens=not parse_special)
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self._tokenizer)
+
+    def token_piece(self, token_id: int) -> bytes:
+        """The token decoded on its own: a byte token that is part of a character comes out as
+        U+FFFD (transformers has no public bytes-of-a-token call for every tokenizer)."""
+        return self._tokenizer.decode([token_id], skip_special_tokens=False).encode("utf-8")
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
     def chat_template(self) -> ChatTemplate | None:
         source = self._tokenizer.chat_template
@@ -158,7 +173,15 @@ class TransformersEngine(Engine):
 
         prompt = as_prompt(prompt_ids, self.placement.device)
         sampler = Sampler(params, prompt[0], limit, self.options.seed)
-        return decode_tokens(self._runner, sampler, prompt, limit, cancel, pipelined=self.placement.on_cuda)
+        return decode_tokens(
+            self._runner,
+            sampler,
+            prompt,
+            limit,
+            cancel,
+            pipelined=self.placement.on_cuda,
+            logprobs=params.logprobs,
+        )
 
     def _make_runner(self) -> Any:
         from llmflow.engines.hf.decode import DynamicRunner, StaticRunner

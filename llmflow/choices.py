@@ -1,0 +1,111 @@
+"""Several answers to one prompt (OpenAI's `n`), streamed as one sequence of chunks that say
+which answer they belong to.
+
+The engine gives one token iterator per choice (`Engine.generate_group`: a batching engine
+computes the prompt once and shares its KV cache); each runs through the streaming core on its
+own. A batching engine's choices are read at once, each in a thread of its own; an engine that
+decodes one at a time answers them in turn.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from llmflow.llm import LLM, PreparedRequest
+from llmflow.params import SamplingParams
+from llmflow.types import CancelToken, Chunk, Usage
+
+SEED_SPACE = 2**32
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceChunk:
+    """A chunk of choice `index`. A choice's final chunk has its finish reason and, for the
+    last choice to end, `usage` of all of them (the prompt once, every choice's tokens)."""
+
+    index: int
+    chunk: Chunk
+
+
+def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """Each choice its own seed: a request's seed and the next ones (random without one)."""
+    if params.seed is None:
+        return [params] * n
+    return [params.model_copy(update={"seed": (params.seed + i) % SEED_SPACE}) for i in range(n)]
+
+
+def stream_choices(llm: LLM, request: PreparedRequest, n: int, cancel: CancelToken) -> Iterator[ChoiceChunk]:
+    """Every choice's chunks; the very last one carries the usage of all."""
+    params = choice_params(request.params, n)
+    with llm.exclusive():
+        streams = llm.engine.generate_group(request.prompt_ids, params, cancel)
+        chunks = [
+            llm.chunks_of(tokens, request, cancel, p) for tokens, p in zip(streams, params, strict=True)
+        ]
+        merged = _concurrently(chunks, cancel) if llm.engine.concurrent else _in_turn(chunks)
+        try:
+            yield from _with_total_usage(merged, n)
+        finally:
+            merged.close()
+            for stream in chunks:
+                stream.close()  # type: ignore[attr-defined]
+
+
+def _with_total_usage(merged: Iterator[ChoiceChunk], n: int) -> Iterator[ChoiceChunk]:
+    completion_tokens = 0
+    ended = 0
+    for item in merged:
+        final = item.chunk
+        if final.usage is None:
+            yield item
+            continue
+        ended += 1
+        completion_tokens += final.usage.completion_tokens
+        usage = Usage(final.usage.prompt_tokens, completion_tokens) if ended == n else None
+        yield ChoiceChunk(item.index, Chunk("", final.finish_reason, usage))
+
+
+def _in_turn(chunks: list[Iterator[Chunk]]) -> Iterator[ChoiceChunk]:
+    for index, stream in enumerate(chunks):
+        for chunk in stream:
+            yield ChoiceChunk(index, chunk)
+
+
+def _concurrently(chunks: list[Iterator[Chunk]], cancel: CancelToken) -> Iterator[ChoiceChunk]:
+    """Each choice read in a thread of its own; their chunks in the order they come. Closing
+    this stops them all (through `cancel`) and waits for the threads."""
+    out: queue.SimpleQueue[ChoiceChunk | BaseException | None] = queue.SimpleQueue()
+
+    def read(index: int, stream: Iterator[Chunk]) -> None:
+        try:
+            for chunk in stream:
+                out.put(ChoiceChunk(index, chunk))
+        except BaseException as exc:
+            out.put(exc)
+        finally:
+            out.put(None)
+
+    threads = [
+        threading.Thread(target=read, args=(i, s), name=f"llmflow-choice-{i}", daemon=True)
+        for i, s in enumerate(chunks)
+    ]
+    for thread in threads:
+        thread.start()
+    running = len(threads)
+    try:
+        while running:
+            item = out.get()
+            if item is None:
+                running -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        if running:
+            cancel.cancel()
+        for thread in threads:
+            thread.join()

@@ -1,0 +1,40 @@
+"""Logprobs from a row of logits: the sampled token's and the most likely tokens', from the
+model's own distribution (log-softmax of the raw logits: before repetition penalty, temperature
+and the top-k / top-p / min-p filters, as vLLM's default `raw_logprobs`). Shared by the llama.cpp
+engines and the transformers engine; kept apart from the sampling code so that changes there do
+not touch it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from llmflow.types import ScoredToken
+
+
+def scored(token: int, logits: np.ndarray, top: int) -> ScoredToken:
+    """`token` with its logprob under `logits` (a [vocab] row) and the `top` most likely
+    tokens' (id, logprob), most likely first."""
+    row = logits.astype(np.float32, copy=False)
+    peak = float(row.max())
+    log_total = peak + float(np.log(np.exp(row - peak).sum()))
+    pairs: tuple[tuple[int, float], ...] = ()
+    if top > 0:
+        best = np.argpartition(row, -top)[-top:]
+        best = best[np.argsort(-row[best], kind="stable")]
+        pairs = tuple((int(i), float(row[i]) - log_total) for i in best)
+    return ScoredToken(token, float(row[token]) - log_total, pairs)
+
+
+def scored_tensor(token: int, logits: Any, top: int) -> ScoredToken:
+    """`scored` for a torch tensor of logits (the transformers engine), on its device."""
+    import torch
+
+    with torch.inference_mode():
+        log_probs = torch.log_softmax(logits.to(torch.float32), dim=-1)
+        pairs: tuple[tuple[int, float], ...] = ()
+        if top > 0:
+            values, ids = torch.topk(log_probs, top)
+            pairs = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+        return ScoredToken(token, float(log_probs[token]), pairs)
