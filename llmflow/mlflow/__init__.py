@@ -6,7 +6,9 @@
     for c in loaded.predict_stream({"prompt": "Hello!"}, params={"max_tokens": 32}):
         print(c["content"], end="")
 
-Inside this package MLflow itself is imported with absolute imports (`import mlflow`).
+`log_model(..., interface="responses")` logs it as an MLflow ResponsesAgent instead
+(`LlmflowResponsesAgent`). Inside this package MLflow itself is imported with absolute imports
+(`import mlflow`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from __future__ import annotations
 from llmflow.mlflow.inputs import InvalidModelInput
 from llmflow.mlflow.log import log_model
 from llmflow.mlflow.model import LlmflowPyfuncModel, find_llm
+from llmflow.mlflow.responses_agent import LlmflowResponsesAgent
 from llmflow.mlflow.save import save_model
 
-__all__ = ["InvalidModelInput", "LlmflowPyfuncModel", "find_llm", "log_model", "save_model"]
+__all__ = [
+    "InvalidModelInput",
+    "LlmflowPyfuncModel",
+    "LlmflowResponsesAgent",
+    "find_llm",
+    "log_model",
+    "save_model",
+]

@@ -4,6 +4,8 @@ OpenAI provider (chat, streamed and whole)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -85,7 +87,10 @@ def gateway(config: Path) -> Iterator[str]:
     port = _free_port()
     command = [sys.executable, "-m", "mlflow", "gateway", "start", "--config-path", str(config)]
     command += ["--port", str(port), "--workers", "1"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # its own process group: `mlflow gateway start` runs gunicorn as a child, stopped with it
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + TIMEOUT_S
@@ -100,7 +105,7 @@ def gateway(config: Path) -> Iterator[str]:
             time.sleep(0.3)
         yield url
     finally:
-        process.terminate()
+        os.killpg(process.pid, signal.SIGTERM)
         process.wait(30)
 
 
