@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmflow.constraints import Constraint
+from llmflow.constraints.compiler import CompiledConstraint, ConstraintCompiler
 from llmflow.engines import guess_engine, load_engine
 from llmflow.engines.base import Engine
 from llmflow.errors import ContextLengthExceeded, InvalidRequest
@@ -41,6 +43,8 @@ class PreparedRequest:
 
     prompt_ids: list[int]
     params: SamplingParams
+    #: what the answer must be (compiled), or None
+    constraint: CompiledConstraint | None = None
 
 
 class LLM:
@@ -60,6 +64,8 @@ class LLM:
         self.default_params = default_params or SamplingParams()
         self.system_prompt = system_prompt
         self._lock = nullcontext() if engine.concurrent else threading.Lock()
+        self._compiler: ConstraintCompiler | None = None
+        self._compiler_lock = threading.Lock()
 
     @classmethod
     def load(
@@ -100,7 +106,14 @@ class LLM:
     def model_name(self) -> str:
         return self.engine.model_name
 
-    def render(self, prompt: PromptInput, *, system_prompt: str | None = None, raw: bool = False) -> str:
+    def render(
+        self,
+        prompt: PromptInput,
+        *,
+        system_prompt: str | None = None,
+        raw: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
         """The prompt text the model will continue."""
         if raw:
             if not isinstance(prompt, str):
@@ -108,7 +121,7 @@ class LLM:
             return prompt
         messages = [Message("user", prompt)] if isinstance(prompt, str) else parse_messages(prompt)
         system = system_prompt if system_prompt is not None else self.system_prompt
-        return self.prompt_format.render(with_system_prompt(messages, system))
+        return self.prompt_format.render(with_system_prompt(messages, system), tools=tools)
 
     def prepare(
         self,
@@ -117,15 +130,33 @@ class LLM:
         *,
         system_prompt: str | None = None,
         raw: bool = False,
+        constraint: Constraint | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> PreparedRequest:
-        """Validate and tokenize; raises before any token is generated."""
+        """Validate, compile the output constraint and tokenize; raises before any token is
+        generated. `tools` reach the chat template (OpenAI's function tool objects)."""
         merged = params if isinstance(params, SamplingParams) else self.default_params.merged(params)
-        prompt_ids = self.engine.tokenize(self.render(prompt, system_prompt=system_prompt, raw=raw))
+        compiled = self.compile(constraint) if constraint is not None else None
+        text = self.render(prompt, system_prompt=system_prompt, raw=raw, tools=tools)
+        prompt_ids = self.engine.tokenize(text)
         if len(prompt_ids) >= self.engine.n_ctx:
             raise ContextLengthExceeded(len(prompt_ids), self.engine.n_ctx)
         if not prompt_ids:
             raise InvalidRequest.single("prompt", "the prompt is empty")
-        return PreparedRequest(prompt_ids, merged)
+        return PreparedRequest(prompt_ids, merged, compiled)
+
+    def compile(self, constraint: Constraint) -> CompiledConstraint:
+        """The constraint compiled for this model (cached per constraint)."""
+        with self._compiler_lock:
+            if self._compiler is None:
+                vocabulary = self.engine.token_vocabulary()
+                if vocabulary is None:
+                    raise InvalidRequest.single(
+                        constraint.field, f"the {self.engine.name} engine cannot constrain its output"
+                    )
+                self._compiler = ConstraintCompiler(vocabulary)
+            compiler = self._compiler
+        return compiler.compile(constraint)
 
     def stream(
         self,
@@ -135,18 +166,22 @@ class LLM:
         system_prompt: str | None = None,
         raw: bool = False,
         cancel: CancelToken | None = None,
+        constraint: Constraint | None = None,
     ) -> Iterator[Chunk]:
         """Chunks as tokens are generated: non-empty text deltas, then one final chunk with
-        the finish reason and usage. Bad input raises here, before the iterator is returned."""
-        request = self.prepare(prompt, params, system_prompt=system_prompt, raw=raw)
+        the finish reason and usage. Bad input raises here, before the iterator is returned.
+        With a `constraint`, the text only ever spells what it accepts, and the stream ends
+        with `stop` once it is complete (or `length`: a prefix of an accepted text)."""
+        request = self.prepare(prompt, params, system_prompt=system_prompt, raw=raw, constraint=constraint)
         return self.stream_prepared(request, cancel)
 
     def stream_prepared(self, request: PreparedRequest, cancel: CancelToken | None = None) -> Iterator[Chunk]:
         cancel = cancel or current_cancel.get() or CancelToken()
+        matcher = request.constraint.start() if request.constraint is not None else None
         with self._lock:
             engine = self.engine
             yield from stream_chunks(
-                engine.generate(request.prompt_ids, request.params, cancel),
+                engine.generate(request.prompt_ids, request.params, cancel, matcher),
                 engine.detokenizer(),
                 stop=request.params.stop,
                 max_tokens=request.params.max_tokens,
@@ -162,9 +197,12 @@ class LLM:
         *,
         system_prompt: str | None = None,
         raw: bool = False,
+        constraint: Constraint | None = None,
     ) -> Completion:
         """The whole answer at once."""
-        return collect(self.stream(prompt, params, system_prompt=system_prompt, raw=raw))
+        return collect(
+            self.stream(prompt, params, system_prompt=system_prompt, raw=raw, constraint=constraint)
+        )
 
     def close(self) -> None:
         self.engine.close()

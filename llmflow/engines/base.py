@@ -16,6 +16,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from llmflow.constraints.matcher import TokenMatcher
+from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.errors import InvalidParams
 from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.prompts import ChatTemplate
@@ -86,10 +88,23 @@ class Engine(ABC):
 
     @abstractmethod
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
         """Yield sampled token ids until the caller stops iterating, `cancel` is raised or the
-        context is full. Closing the iterator frees the generation's engine state."""
+        context is full. Closing the iterator frees the generation's engine state.
+
+        With a `constraint`, every token is sampled from logits masked by
+        `constraint.allowed()` (greedy too: the masked argmax) and passed to
+        `constraint.advance` before the next one is sampled."""
+
+    def token_vocabulary(self) -> TokenVocabulary | None:
+        """Every token's bytes, for output constraints; None: this engine cannot constrain its
+        output (a request with a constraint is then refused)."""
+        return None
 
     def stats(self) -> Any | None:
         """Scheduler numbers for the server's metrics (a batching engine); None otherwise."""

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
+from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import Engine
 from llmflow.engines.llama_cpp import (
     LlamaCppOptions,
@@ -201,11 +202,15 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         return self._backend.n_ctx_seq
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
         if params.seed is None and self.options.seed is not None:
             params = params.model_copy(update={"seed": self.options.seed})
-        return self._scheduler.generate(prompt_ids, params, cancel)
+        return self._scheduler.generate(prompt_ids, params, cancel, constraint)
 
     def stats(self) -> SchedulerStats:
         return self._scheduler.stats()
@@ -308,8 +313,9 @@ class LlamaStepBackend:
         self.compute()
         return self.sample(samples)
 
-    def fill(self, entries: Sequence[BatchEntry]) -> list[tuple[Any, int]]:
-        """Write the entries into the llama.cpp batch; returns (sampler, batch index) to sample."""
+    def fill(self, entries: Sequence[BatchEntry]) -> list[tuple[Any, int, Any]]:
+        """Write the entries into the llama.cpp batch; returns (sampler, batch index, allowed
+        tokens) to sample."""
         batch = self._batch
         token, pos, seq_id, logits = batch.token, batch.pos, batch.seq_id, batch.logits
         samples = []
@@ -325,7 +331,7 @@ class LlamaStepBackend:
                 p += 1
             if entry.sample:
                 logits[i - 1] = 1
-                samples.append((entry.sampler, i - 1))
+                samples.append((entry.sampler, i - 1, entry.allowed))
         batch.n_tokens = i
         return samples
 
@@ -338,18 +344,26 @@ class LlamaStepBackend:
             )
         self._lib.llama_synchronize(self._ctx)
 
-    def sample(self, samples: Sequence[tuple[Any, int]]) -> list[int]:
+    def sample(self, samples: Sequence[tuple[Any, int, Any]]) -> list[int]:
         lib, ctx = self._lib, self._ctx
-        return [
-            self._argmax(index) if sampler is GREEDY else lib.llama_sampler_sample(sampler, ctx, index)
-            for sampler, index in samples
-        ]
+        tokens = []
+        for sampler, index, allowed in samples:
+            if allowed is not None:
+                # in place, in llama.cpp's own logits: its sampler chain (or the argmax) then
+                # only ever sees the tokens the output constraint allows
+                np.copyto(self._logits(index), -np.inf, where=~allowed[: self._n_vocab])
+            if sampler is GREEDY:
+                tokens.append(int(self._logits(index).argmax()))
+            else:
+                tokens.append(lib.llama_sampler_sample(sampler, ctx, index))
+        return tokens
 
-    def _argmax(self, index: int) -> int:
-        """What llama.cpp's greedy sampler picks (the first of equal maxima), without copying the
-        logits into a candidate list first: about a tenth of its time for a large vocabulary."""
+    def _logits(self, index: int) -> np.ndarray:
+        """The logits row of batch position `index`, as a view of llama.cpp's buffer. Its argmax
+        is what llama.cpp's greedy sampler picks (the first of equal maxima), without copying
+        the logits into a candidate list first: about a tenth of its time for a large vocabulary."""
         row = self._lib.llama_get_logits_ith(self._ctx, index)
-        return int(np.ctypeslib.as_array(row, shape=(self._n_vocab,)).argmax())
+        return np.ctypeslib.as_array(row, shape=(self._n_vocab,))
 
     def new_sampler(self, params: SamplingParams) -> Any:
         """A sampler chain in the order of llama-cpp-python's `Llama`, so that both llama.cpp
