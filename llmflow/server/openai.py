@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from llmflow.constraints import Constraint
 from llmflow.errors import (
     FieldProblem,
     InvalidParams,
@@ -27,15 +28,17 @@ from llmflow.llm import LLM, PreparedRequest
 from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
+from llmflow.prompts import parse_messages
 from llmflow.server import openai_format
 from llmflow.server.event_stream import EventStream
-from llmflow.server.openai_format import StreamFormat
+from llmflow.server.openai_format import StreamFormat, ToolStreamFormat
 from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.running import start_generation
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
     ChatCompletion,
     ChatCompletionRequest,
+    ChatMessage,
     CompletionRequest,
     ModelCard,
     ModelList,
@@ -43,7 +46,8 @@ from llmflow.server.schemas import (
     error_responses,
 )
 from llmflow.server.state import ServerState, get_state
-from llmflow.types import CancelToken
+from llmflow.tools import ToolPlan, parse_tool_choice, parse_tools, plan_tools, split_answer, tool_stream
+from llmflow.types import CancelToken, Message
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
@@ -64,15 +68,20 @@ def _stream_doc(model: type) -> dict[int | str, dict[str, Any]]:
 
 @router.post("/chat/completions", response_model=None, responses=_stream_doc(ChatCompletion))
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-    """Answer a conversation with the model's chat template."""
+    """Answer a conversation with the model's chat template; with `tools`, the answer may call
+    functions (`message.tool_calls`, streamed as `delta.tool_calls`)."""
     timings = RequestTimings()
     state = get_state(request)
     llm = _llm_for(state, body.model)
     max_tokens = body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens
     params = _sampling_params(llm, body, max_tokens=max_tokens)
-    messages = [message.model_dump(include={"role", "content"}) for message in body.messages]
-    prepared = await _prepare(llm, messages, params, raw=False)
-    return await _answer(state, request, llm, prepared, body, timings, chat=True)
+    messages = parse_messages([_message_dict(message) for message in body.messages])
+    plan = _tool_plan(llm, body, messages)
+    constraint = _one_constraint(_output_constraint(body), plan.constraint)
+    prepared = await _prepare(
+        llm, plan.messages, params, raw=False, constraint=constraint, tools=plan.template_tools, plan=plan
+    )
+    return await _answer(state, request, llm, prepared, body, timings, chat=True, plan=plan)
 
 
 @router.post("/completions", response_model=None, responses=_stream_doc(TextCompletion))
@@ -82,7 +91,8 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     state = get_state(request)
     llm = _llm_for(state, body.model)
     params = _sampling_params(llm, body, max_tokens=body.max_tokens)
-    prepared = await _prepare(llm, _single_prompt(body.prompt), params, raw=True)
+    constraint = _output_constraint(body)
+    prepared = await _prepare(llm, _single_prompt(body.prompt), params, raw=True, constraint=constraint)
     return await _answer(state, request, llm, prepared, body, timings, chat=False)
 
 
@@ -156,6 +166,55 @@ def _unsupported_fields(body: ChatCompletionRequest | CompletionRequest) -> list
     return problems
 
 
+def _message_dict(message: ChatMessage) -> dict[str, Any]:
+    out = message.model_dump(include={"role", "content", "tool_call_id"}, exclude_none=True)
+    if message.tool_calls:
+        out["tool_calls"] = [call.model_dump() for call in message.tool_calls]
+    return out
+
+
+def _output_constraint(body: ChatCompletionRequest | CompletionRequest) -> Constraint | None:
+    """What the answer must be: `response_format`, or llmflow's `regex`, `choice`, `grammar`; at
+    most one of them."""
+    found: list[Constraint] = []
+    fmt = body.response_format
+    if fmt is not None and fmt.type == "json_object":
+        found.append(Constraint.json_object("response_format"))
+    elif fmt is not None and fmt.type == "json_schema":
+        if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+            raise InvalidRequest.single("response_format.json_schema.schema", "json_schema needs a schema")
+        found.append(Constraint.json_schema(fmt.json_schema.schema_, "response_format.json_schema.schema"))
+    if body.regex is not None:
+        found.append(Constraint.regex(body.regex, "regex"))
+    if body.choice is not None:
+        found.append(Constraint.choice(body.choice, "choice"))
+    if body.grammar is not None:
+        found.append(Constraint.grammar(body.grammar, "grammar"))
+    if len(found) > 1:
+        names = ", ".join(c.field.split(".")[0] for c in found)
+        raise InvalidRequest.single(found[1].field.split(".")[0], f"give one output constraint, not {names}")
+    return found[0] if found else None
+
+
+def _one_constraint(output: Constraint | None, tools: Constraint | None) -> Constraint | None:
+    if output is not None and tools is not None:
+        raise InvalidRequest.single(
+            output.field.split(".")[0], "cannot be combined with tools unless tool_choice is none"
+        )
+    return output or tools
+
+
+def _tool_plan(llm: LLM, body: ChatCompletionRequest, messages: list[Message]) -> ToolPlan:
+    raw_tools = [tool.model_dump(exclude_none=True) for tool in body.tools or ()]
+    tools = parse_tools(raw_tools) if raw_tools else ()
+    choice = body.tool_choice
+    raw_choice = choice.model_dump() if choice is not None and not isinstance(choice, str) else choice
+    parsed = parse_tool_choice(raw_choice, tools)
+    return plan_tools(
+        llm.prompt_format, messages, tools, parsed, parallel=body.parallel_tool_calls is not False
+    )
+
+
 def _single_prompt(prompt: str | list[str]) -> str:
     if isinstance(prompt, str):
         return prompt
@@ -164,10 +223,26 @@ def _single_prompt(prompt: str | list[str]) -> str:
     return prompt[0]
 
 
-async def _prepare(llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool) -> PreparedRequest:
-    """Render and tokenize in a thread (a long prompt takes a while), raising llmflow errors."""
+async def _prepare(
+    llm: LLM,
+    prompt: Any,
+    params: SamplingParams,
+    *,
+    raw: bool,
+    constraint: Constraint | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    plan: ToolPlan | None = None,
+) -> PreparedRequest:
+    """Compile the constraint, render and tokenize in a thread (a long prompt, a large schema take
+    a while), raising llmflow errors."""
+
+    def prepare() -> PreparedRequest:
+        if plan is not None:
+            plan.check(llm.compile)
+        return llm.prepare(prompt, params, raw=raw, constraint=constraint, tools=tools)
+
     try:
-        return await asyncio.to_thread(llm.prepare, prompt, params, raw=raw)
+        return await asyncio.to_thread(prepare)
     except UnicodeEncodeError:
         field = "prompt" if raw else "messages"
         raise InvalidRequest.single(
@@ -185,25 +260,34 @@ async def _answer(
     timings: RequestTimings,
     *,
     chat: bool,
+    plan: ToolPlan | None = None,
 ) -> Response:
     cancel = CancelToken()
+    calls = plan.format if plan is not None and plan.active else None
     name, span_type = (
         ("llmflow.chat_completions", SPAN_TYPE_CHAT) if chat else ("llmflow.completions", SPAN_TYPE_LLM)
     )
     observed = observe(state, timings, name, lambda: body.model_dump(exclude_unset=True), span_type=span_type)
+    streamed_calls = calls is not None and body.stream
     generation = await start_generation(
         state,
-        lambda: llm.stream_prepared(prepared, cancel),
+        (lambda: tool_stream(llm.stream_prepared(prepared, cancel), calls))  # type: ignore[arg-type]
+        if streamed_calls
+        else lambda: llm.stream_prepared(prepared, cancel),
         observed,
-        StreamFormat.final_of,
+        ToolStreamFormat.final_of,
         cancel,
         receive=request.receive,
     )
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    fmt = StreamFormat(
+    fmt_class = ToolStreamFormat if streamed_calls else StreamFormat
+    fmt = fmt_class(
         chat=chat, model=state.served.name, include_usage=include_usage, with_timings=bool(body.timings)
     )
     if body.stream:
         return EventStream(stream_events(generation, fmt), on_close=generation.close)
     completion = await collect(generation, request.receive)
+    if calls is not None:
+        content, tool_calls = split_answer(completion.text, calls)
+        return JSONResponse(fmt.answer(completion, timings, content=content, tool_calls=tool_calls))
     return JSONResponse(fmt.answer(completion, timings))

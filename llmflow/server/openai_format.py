@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from llmflow.observability import RequestTimings
 from llmflow.server.error_answers import sse_error_event
 from llmflow.server.pipeline import ChunkFormat
-from llmflow.types import Chunk, Completion, FinishReason, Usage
+from llmflow.tools import ToolCallChunk
+from llmflow.types import Chunk, Completion, FinishReason, ToolCall, Usage
 
 
 def _dumps(value: Any) -> str:
@@ -63,22 +65,41 @@ class StreamFormat(ChunkFormat):
 
     def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
         extra = {"timings": timings.to_dict()} if self.with_timings else None
+        reason = finish_reason_value(final.finish_reason)
         if not self.include_usage or final.usage is None:
-            return self.finish(final.finish_reason, extra)
-        return self.finish(final.finish_reason) + self.usage(final.usage, extra)
+            return self.finish(reason, extra)
+        return self.finish(reason) + self.usage(final.usage, extra)
 
     @staticmethod
     def error(error: Exception) -> bytes:
         return sse_error_event(error)
 
-    def answer(self, completion: Completion, timings: RequestTimings) -> dict[str, Any]:
-        """The whole answer, not streamed: `chat.completion` (text in `message`) or `text_completion`."""
+    def answer(
+        self,
+        completion: Completion,
+        timings: RequestTimings,
+        *,
+        content: str | None = None,
+        tool_calls: Sequence[ToolCall] = (),
+    ) -> dict[str, Any]:
+        """The whole answer, not streamed: `chat.completion` (text in `message`) or `text_completion`.
+        With `tool_calls` (split from the text by the caller), `message.tool_calls` and finish
+        reason `tool_calls`."""
         choice: dict[str, Any] = {"index": 0}
+        text = completion.text if content is None else content
+        reason = completion.finish_reason.value
         if self.chat:
-            choice["message"] = {"role": "assistant", "content": completion.text}
+            choice["message"] = {"role": "assistant", "content": text}
+            if tool_calls:
+                choice["message"] = {
+                    "role": "assistant",
+                    "content": text or None,
+                    "tool_calls": [call.to_openai() for call in tool_calls],
+                }
+                reason = tool_calls_reason(completion.finish_reason)
         else:
-            choice["text"] = completion.text
-        choice.update(logprobs=None, finish_reason=completion.finish_reason.value)
+            choice["text"] = text
+        choice.update(logprobs=None, finish_reason=reason)
         answer: dict[str, Any] = {
             "id": new_id("chatcmpl" if self.chat else "cmpl"),
             "object": "chat.completion" if self.chat else "text_completion",
@@ -95,9 +116,10 @@ class StreamFormat(ChunkFormat):
     def role(self) -> bytes:
         return self._event(self._choice({"role": "assistant", "content": ""}, None))
 
-    def finish(self, reason: FinishReason | None, extra: dict[str, Any] | None = None) -> bytes:
-        """The chunk with the finish reason; `extra` keys (llmflow's `timings`) added at the top."""
-        body = self._choice({} if self.chat else "", finish_reason_value(reason))
+    def finish(self, reason: str | None, extra: dict[str, Any] | None = None) -> bytes:
+        """The chunk with the finish reason (its wire string); `extra` keys (llmflow's `timings`)
+        added at the top."""
+        body = self._choice({} if self.chat else "", reason)
         return self._event({**body, **extra} if extra else body)
 
     def usage(self, usage: Usage, extra: dict[str, Any] | None = None) -> bytes:
@@ -116,6 +138,51 @@ class StreamFormat(ChunkFormat):
     @staticmethod
     def _event(body: dict[str, Any]) -> bytes:
         return b"data: " + _dumps(body).encode() + b"\n\n"
+
+
+def tool_calls_reason(reason: FinishReason) -> str:
+    """An answer that called functions and ended by itself finishes with `tool_calls`."""
+    return "tool_calls" if reason is FinishReason.STOP else reason.value
+
+
+class ToolStreamFormat(StreamFormat):
+    """A chat stream whose items are text chunks and function call pieces (`ToolCallChunk`):
+    calls go out as OpenAI streams them, `delta.tool_calls[i]` with `id`, `type` and
+    `function.name` first, then `function.arguments` in pieces; the finish reason is
+    `tool_calls` when the answer called functions."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._called = False
+
+    @staticmethod
+    def final_of(item: Chunk | ToolCallChunk) -> Chunk | None:  # type: ignore[override]
+        return item if isinstance(item, Chunk) and item.finish_reason is not None else None
+
+    @staticmethod
+    def text_of(item: Chunk | ToolCallChunk) -> str:  # type: ignore[override]
+        return item.text if isinstance(item, Chunk) else item.arguments
+
+    def item(self, item: Chunk | ToolCallChunk) -> bytes:  # type: ignore[override]
+        if isinstance(item, Chunk):
+            return super().item(item)
+        self._called = True
+        call: dict[str, Any] = {"index": item.index}
+        if item.id is not None:
+            call.update(
+                id=item.id, type="function", function={"name": item.name, "arguments": item.arguments}
+            )
+        else:
+            call["function"] = {"arguments": item.arguments}
+        return self._event(self._choice({"tool_calls": [call]}, None))
+
+    def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
+        extra = {"timings": timings.to_dict()} if self.with_timings else None
+        assert final.finish_reason is not None
+        reason = tool_calls_reason(final.finish_reason) if self._called else final.finish_reason.value
+        if not self.include_usage or final.usage is None:
+            return self.finish(reason, extra)
+        return self.finish(reason) + self.usage(final.usage, extra)
 
 
 def model_list(name: str, created: int) -> dict[str, Any]:

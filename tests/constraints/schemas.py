@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmflow.constraints import Constraint
+from llmflow.errors import EngineFailed
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "object": {
         "type": "object",
@@ -52,3 +55,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 PROMPT = "Answer in JSON only. Describe a person, a city or a number."
+
+
+def accepts_prefix(llm: Any, constraint: Constraint, text: str) -> bool:
+    """Whether `text` (retokenized) is a prefix of something the constraint accepts."""
+    matcher = llm.compile(constraint).start()
+    try:
+        for token in llm.engine.token_vocabulary().encode(text.encode()):
+            matcher.advance(token)
+    except EngineFailed:
+        return False
+    return True

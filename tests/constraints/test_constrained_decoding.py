@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from llmflow import LLM
 from llmflow.constraints import Constraint
-from llmflow.errors import EngineFailed, InvalidConstraint, InvalidRequest
+from llmflow.errors import InvalidConstraint, InvalidRequest
 from llmflow.types import FinishReason
-from tests.constraints.schemas import PROMPT, SCHEMAS
+from tests.constraints.schemas import PROMPT, SCHEMAS, accepts_prefix
 
 
 @pytest.fixture(scope="module", params=["llama_cpp", "llama_cpp_batched"])
@@ -29,17 +29,6 @@ def llm(request, embedded_llm):
     batched = LLM.load(engine="llama_cpp_batched", engine_options={"n_ctx": 1024, "parallel": 8})
     yield batched
     batched.close()
-
-
-def accepts_prefix(llm: LLM, constraint: Constraint, text: str) -> bool:
-    """Whether `text` (retokenized) is a prefix of something the constraint accepts."""
-    matcher = llm.compile(constraint).start()
-    try:
-        for token in llm.engine.token_vocabulary().encode(text.encode()):
-            matcher.advance(token)
-    except EngineFailed:
-        return False
-    return True
 
 
 def check_answer(llm: LLM, schema: dict[str, Any], text: str, finish: FinishReason) -> None:
