@@ -67,7 +67,7 @@ def main() -> None:
             raise SystemExit(f"out of date: {', '.join(changed)} (run python -m benchmarks render)")
         return
     failed = []
-    for name in args.names or list(BY_NAME):
+    for name in args.names or [b.name for b in SUITE if b.default]:
         extra = peer_arguments(args) if name == "peers" else []
         if run(BY_NAME[name], args.quick, extra) != 0:
             failed.append(name)

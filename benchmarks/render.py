@@ -323,10 +323,62 @@ def soak(d: Result) -> str:
     return table(["check", "value"], [[f"`{k}`", str(s[k])] for k in keys])
 
 
+def constraint_libraries(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    rows = []
+    for lib, r in s.items():
+        rows.append(
+            [
+                f"`{lib}` {c['versions'].get(lib, '')}",
+                f"{num(100 * r['compiled_share'], 0)}% ({r['timeouts']} timeouts)",
+                med(r["compile_cold_ms"], 2),
+                med(r["compile_cached_ms"], 3),
+                med(r["mask_us_per_token"], 1),
+                f"{num(100 * (r['walks_finished_share'] or 0), 0)}%",
+                f"{num(100 * (r['valid_share_of_finished'] or 0), 0)}%",
+            ]
+        )
+    header = ["library", "schemas compiled", "compile cold ms", "compile cached ms", "mask µs/token",
+              "walks finished", "finished that validate"]  # fmt: skip
+    return (
+        f"{c['per_dataset']} schemas from each of {len(c['datasets'])} JSONSchemaBench datasets "
+        f"({s[next(iter(s))]['schemas']} in all), the embedded model's vocabulary: {c['vocabulary']}; "
+        f"{c['timeout_s']:g} s compile limit; a walk is up to {c['walk_tokens']} random tokens drawn "
+        "from the mask; median (min-max) over the schemas.\n\n" + table(header, rows)
+    )
+
+
+def constraints(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    single, batched = s["llama_cpp"], s["llama_cpp_batched_8"]
+    rows = [
+        ["`llama_cpp`, 1 stream", med(single["unconstrained"]), med(single["constrained"]),
+         f"**{med(s['llama_cpp_constrained_over_unconstrained'], 3)}**"],
+        ["`llama_cpp`, llama.cpp's own GBNF sampler", med(single["unconstrained"]), med(single["gbnf"]),
+         med(s["llama_cpp_gbnf_over_unconstrained"], 3)],
+        [f"`llama_cpp_batched`, {c['streams']} streams", med(batched["unconstrained"]),
+         med(batched["constrained"]),
+         f"**{med(s['llama_cpp_batched_8_constrained_over_unconstrained'], 3)}**"],
+    ]  # fmt: skip
+    compiles = "; ".join(
+        f"`{name}` cold {med(v['cold_ms'], 2)} ms, cached {med(v['cached_ms'], 4)} ms"
+        for name, v in s["compile"].items()
+    )
+    return (
+        f"{c['model']}, {c['max_tokens']} tokens, {plural(c['rounds'], 'round')} (sides alternated); "
+        "decode tokens/s (one stream: first to last token; 8 streams: all tokens over the wall time), "
+        "median (min-max); ratio round by round (target >= 0.95).\n\n"
+        + table(["engine", "unconstrained tok/s", "constrained tok/s", "constrained / unconstrained"], rows)
+        + f"\nSchema compile: {compiles}; llguidance's tokenizer for the model, built once: "
+        f"{num(s['tokenizer_build_ms'], 0)} ms.\n"
+    )
+
+
 RENDERERS: dict[str, Callable[[Result], str]] = {
     "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "server_cpu": server_cpu,
     "batching": batching, "step_shapes": step_shapes, "peers": peers, "spark": spark,
-    "surface": surface, "soak": soak, "load": soak,
+    "surface": surface, "soak": soak, "load": soak, "constraint_libraries": constraint_libraries,
+    "constraints": constraints,
 }  # fmt: skip
 
 

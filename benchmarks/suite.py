@@ -20,6 +20,8 @@ class Benchmark:
     quick: tuple[str, ...]
     about: str
     env: tuple[tuple[str, str], ...] = ()
+    #: run by `python -m benchmarks run` without names (False: it needs something else, named in `about`)
+    default: bool = True
 
     def result(self, quick: bool, root: Path = RESULTS) -> Path:
         return (root / "quick" if quick else root) / f"{self.name}.json"
@@ -94,6 +96,18 @@ SUITE: tuple[Benchmark, ...] = (
         ("--clients", "32", "--duration", "120", "--max-queue", "8"),
         ("--clients", "8", "--duration", "10", "--max-queue", "4"),
         "more clients than the queue takes: refusals, no errors",
+    ),
+    Benchmark(
+        "constraints", "benchmarks.bench_constraints",
+        ("--rounds", "5", "--max-tokens", "128"), ("--rounds", "2", "--max-tokens", "48"),
+        "decode tok/s with a JSON Schema constraint against unconstrained, both llama.cpp engines",
+    ),
+    Benchmark(
+        "constraint_libraries", "benchmarks.bench_constraint_libraries",
+        ("--per-dataset", "10"), ("--per-dataset", "3"),
+        "llguidance, xgrammar, outlines-core on a JSONSchemaBench sample (needs the constraint-compare "
+        "extra and LLMFLOW_SCHEMA_CORPUS: a git directory of guidance-ai/jsonschemabench)",
+        default=False,
     ),
 )  # fmt: skip
 

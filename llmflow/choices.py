@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from llmflow.llm import LLM, PreparedRequest
 from llmflow.params import SamplingParams
@@ -24,10 +25,11 @@ SEED_SPACE = 2**32
 @dataclass(frozen=True, slots=True)
 class ChoiceChunk:
     """A chunk of choice `index`. A choice's final chunk has its finish reason and, for the
-    last choice to end, `usage` of all of them (the prompt once, every choice's tokens)."""
+    last choice to end, `usage` of all of them (the prompt once, every choice's tokens). With a
+    `split` (see `stream_choices`), `chunk` may also be one of its items (a function call piece)."""
 
     index: int
-    chunk: Chunk
+    chunk: Chunk | Any
 
 
 def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
@@ -37,14 +39,25 @@ def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
     return [params.model_copy(update={"seed": (params.seed + i) % SEED_SPACE}) for i in range(n)]
 
 
-def stream_choices(llm: LLM, request: PreparedRequest, n: int, cancel: CancelToken) -> Iterator[ChoiceChunk]:
-    """Every choice's chunks; the very last one carries the usage of all."""
+def stream_choices(
+    llm: LLM,
+    request: PreparedRequest,
+    n: int,
+    cancel: CancelToken,
+    split: Callable[[Iterator[Chunk]], Iterator[Any]] | None = None,
+) -> Iterator[ChoiceChunk]:
+    """Every choice's chunks; the very last one carries the usage of all. `split`: applied to
+    each choice's chunks on its own (function calls split from its text); its items pass through,
+    its final chunk is the choice's."""
     params = choice_params(request.params, n)
     with llm.exclusive():
-        streams = llm.engine.generate_group(request.prompt_ids, params, cancel)
+        # each choice its own constraint state: a sampled token advances only its choice's matcher
+        streams = llm.engine.generate_group(request.prompt_ids, params, cancel, llm.matchers(request, n))
         chunks = [
             llm.chunks_of(tokens, request, cancel, p) for tokens, p in zip(streams, params, strict=True)
         ]
+        if split is not None:
+            chunks = [split(stream) for stream in chunks]
         merged = _concurrently(chunks, cancel) if llm.engine.concurrent else _in_turn(chunks)
         try:
             yield from _with_total_usage(merged, n)
@@ -59,7 +72,7 @@ def _with_total_usage(merged: Iterator[ChoiceChunk], n: int) -> Iterator[ChoiceC
     ended = 0
     for item in merged:
         final = item.chunk
-        if final.usage is None:
+        if not isinstance(final, Chunk) or final.usage is None:
             yield item
             continue
         ended += 1
@@ -68,18 +81,18 @@ def _with_total_usage(merged: Iterator[ChoiceChunk], n: int) -> Iterator[ChoiceC
         yield ChoiceChunk(item.index, Chunk("", final.finish_reason, usage))
 
 
-def _in_turn(chunks: list[Iterator[Chunk]]) -> Iterator[ChoiceChunk]:
+def _in_turn(chunks: list[Iterator[Any]]) -> Iterator[ChoiceChunk]:
     for index, stream in enumerate(chunks):
         for chunk in stream:
             yield ChoiceChunk(index, chunk)
 
 
-def _concurrently(chunks: list[Iterator[Chunk]], cancel: CancelToken) -> Iterator[ChoiceChunk]:
+def _concurrently(chunks: list[Iterator[Any]], cancel: CancelToken) -> Iterator[ChoiceChunk]:
     """Each choice read in a thread of its own; their chunks in the order they come. Closing
     this stops them all (through `cancel`) and waits for the threads."""
     out: queue.SimpleQueue[ChoiceChunk | BaseException | None] = queue.SimpleQueue()
 
-    def read(index: int, stream: Iterator[Chunk]) -> None:
+    def read(index: int, stream: Iterator[Any]) -> None:
         try:
             for chunk in stream:
                 out.put(ChoiceChunk(index, chunk))

@@ -49,6 +49,16 @@ class InvalidMessages(InvalidRequest):
     code = "invalid_messages"
 
 
+class InvalidConstraint(InvalidRequest):
+    """An output constraint (JSON Schema, regex, grammar) that cannot be compiled: names the field
+    and what the constraint library refused (an unsupported keyword, a bad pattern)."""
+
+    code = "invalid_constraint"
+
+    def __init__(self, field: str, reason: str):
+        super().__init__([FieldProblem(field, f"cannot be used as an output constraint: {reason}")])
+
+
 class ContextLengthExceeded(LlmflowError):
     code = "context_length_exceeded"
     param = "messages"

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from llmflow.constraints import Constraint
+from llmflow.constraints.compiler import CompiledConstraint, ConstraintCompiler
+from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines import guess_engine, load_engine
 from llmflow.engines.base import Engine
 from llmflow.errors import ContextLengthExceeded, InvalidParams, InvalidRequest
@@ -48,6 +51,8 @@ class PreparedRequest:
     #: split a reasoning model's thinking from its answer: None = no; True = the prompt opened
     #: the thinking block; False = the model may open it
     thinking: bool | None = None
+    #: what the answer must be (compiled), or None
+    constraint: CompiledConstraint | None = None
 
 
 class LLM:
@@ -67,6 +72,8 @@ class LLM:
         self.default_params = default_params or SamplingParams()
         self.system_prompt = system_prompt
         self._lock = nullcontext() if engine.concurrent else threading.Lock()
+        self._compiler: ConstraintCompiler | None = None
+        self._compiler_lock = threading.Lock()
 
     @classmethod
     def load(
@@ -114,8 +121,10 @@ class LLM:
         system_prompt: str | None = None,
         raw: bool = False,
         template_vars: Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> str:
-        """The prompt text the model will continue; `template_vars` reach a chat template."""
+        """The prompt text the model will continue; `template_vars` and `tools` (OpenAI's
+        function tool objects) reach a chat template."""
         if raw:
             if not isinstance(prompt, str):
                 raise InvalidRequest.single("prompt", "a raw completion needs a string prompt")
@@ -125,8 +134,8 @@ class LLM:
             messages, system_prompt if system_prompt is not None else self.system_prompt
         )
         if template_vars and isinstance(self.prompt_format, ChatTemplate):
-            return self.prompt_format.render(messages, template_vars)
-        return self.prompt_format.render(messages)
+            return self.prompt_format.render(messages, tools=tools, variables=template_vars)
+        return self.prompt_format.render(messages, tools=tools)
 
     def prepare(
         self,
@@ -137,21 +146,41 @@ class LLM:
         raw: bool = False,
         reasoning_format: ReasoningFormat = "none",
         template_vars: Mapping[str, Any] | None = None,
+        constraint: Constraint | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> PreparedRequest:
-        """Validate and tokenize; raises before any token is generated. `reasoning_format`
-        "parsed": a reasoning model's thinking comes as `Chunk.reasoning`, apart from its answer
-        (chat prompts only; "none": all of it is text, as the model wrote it)."""
+        """Validate, compile the output constraint and tokenize; raises before any token is
+        generated. `reasoning_format` "parsed": a reasoning model's thinking comes as
+        `Chunk.reasoning`, apart from its answer (chat prompts only; "none": all of it is text,
+        as the model wrote it). `tools` reach the chat template (OpenAI's function tool
+        objects)."""
         merged = params if isinstance(params, SamplingParams) else self.default_params.merged(params)
         if merged.logprobs is not None and not self.engine.scores_tokens:
             raise InvalidParams.single("logprobs", f"the {self.engine.name} engine does not return logprobs")
-        text = self.render(prompt, system_prompt=system_prompt, raw=raw, template_vars=template_vars)
+        compiled = self.compile(constraint) if constraint is not None else None
+        text = self.render(
+            prompt, system_prompt=system_prompt, raw=raw, template_vars=template_vars, tools=tools
+        )
         prompt_ids = self.engine.tokenize(text)
         if len(prompt_ids) >= self.engine.n_ctx:
             raise ContextLengthExceeded(len(prompt_ids), self.engine.n_ctx)
         if not prompt_ids:
             raise InvalidRequest.single("prompt", "the prompt is empty")
         thinking = opens_thinking(text) if reasoning_format == "parsed" and not raw else None
-        return PreparedRequest(prompt_ids, merged, thinking)
+        return PreparedRequest(prompt_ids, merged, thinking, compiled)
+
+    def compile(self, constraint: Constraint) -> CompiledConstraint:
+        """The constraint compiled for this model (cached per constraint)."""
+        with self._compiler_lock:
+            if self._compiler is None:
+                vocabulary = self.engine.token_vocabulary()
+                if vocabulary is None:
+                    raise InvalidRequest.single(
+                        constraint.field, f"the {self.engine.name} engine cannot constrain its output"
+                    )
+                self._compiler = ConstraintCompiler(vocabulary)
+            compiler = self._compiler
+        return compiler.compile(constraint)
 
     def stream(
         self,
@@ -162,24 +191,40 @@ class LLM:
         raw: bool = False,
         cancel: CancelToken | None = None,
         reasoning_format: ReasoningFormat = "none",
+        constraint: Constraint | None = None,
     ) -> Iterator[Chunk]:
         """Chunks as tokens are generated: non-empty text deltas, then one final chunk with
         the finish reason and usage. Bad input raises here, before the iterator is returned.
-        `reasoning_format="parsed"` sends a reasoning model's thinking as `Chunk.reasoning`."""
+        `reasoning_format="parsed"` sends a reasoning model's thinking as `Chunk.reasoning`.
+        With a `constraint`, the text only ever spells what it accepts, and the stream ends
+        with `stop` once it is complete (or `length`: a prefix of an accepted text)."""
         request = self.prepare(
-            prompt, params, system_prompt=system_prompt, raw=raw, reasoning_format=reasoning_format
+            prompt,
+            params,
+            system_prompt=system_prompt,
+            raw=raw,
+            reasoning_format=reasoning_format,
+            constraint=constraint,
         )
         return self.stream_prepared(request, cancel)
 
     def stream_prepared(self, request: PreparedRequest, cancel: CancelToken | None = None) -> Iterator[Chunk]:
         cancel = cancel or current_cancel.get() or CancelToken()
+        matcher = request.constraint.start() if request.constraint is not None else None
         with self.exclusive():
-            tokens = self.engine.generate(request.prompt_ids, request.params, cancel)
+            tokens = self.engine.generate(request.prompt_ids, request.params, cancel, matcher)
             yield from self.chunks_of(tokens, request, cancel)
 
     def exclusive(self) -> AbstractContextManager[Any]:
         """Held while a generation runs: a lock for an engine that decodes one at a time."""
         return self._lock
+
+    def matchers(self, request: PreparedRequest, n: int) -> list[TokenMatcher | None]:
+        """A fresh matcher of the request's constraint for each of `n` choices (each holds its
+        own choice's state), or Nones."""
+        if request.constraint is None:
+            return [None] * n
+        return [request.constraint.start() for _ in range(n)]
 
     def chunks_of(
         self,
@@ -211,9 +256,12 @@ class LLM:
         *,
         system_prompt: str | None = None,
         raw: bool = False,
+        constraint: Constraint | None = None,
     ) -> Completion:
         """The whole answer at once."""
-        return collect(self.stream(prompt, params, system_prompt=system_prompt, raw=raw))
+        return collect(
+            self.stream(prompt, params, system_prompt=system_prompt, raw=raw, constraint=constraint)
+        )
 
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
         """Token ids of `text` as llama.cpp's /tokenize gives them: nothing added unless

@@ -7,13 +7,14 @@ sandbox, and every failure becomes a `ChatTemplateError` that says what went wro
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
 from llmflow.errors import ChatTemplateError, FieldProblem, InvalidMessages
-from llmflow.types import Message
+from llmflow.types import Message, ToolCall
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_MESSAGES = 1024
@@ -45,14 +46,44 @@ def parse_messages(raw: Any, field_name: str = "messages") -> list[Message]:
             problems.append(
                 FieldProblem(f"{where}.role", f"must be one of {', '.join(sorted(ROLES))}; got {role!r}")
             )
-        content = _content_text(item.get("content"))
+        calls = _tool_calls(item.get("tool_calls"), where, problems) if role == "assistant" else ()
+        raw_content = item.get("content")
+        content = "" if raw_content is None and calls else _content_text(raw_content)
         if content is None:
             problems.append(FieldProblem(f"{where}.content", "must be a string or a list of text parts"))
+        call_id = item.get("tool_call_id")
+        if role == "tool" and not (isinstance(call_id, str) and call_id):
+            problems.append(FieldProblem(f"{where}.tool_call_id", "a tool message needs the id of its call"))
         if not problems:
-            messages.append(Message(role, content))
+            messages.append(Message(role, content, calls, call_id if role == "tool" else None))
     if problems:
         raise InvalidMessages(problems)
     return messages
+
+
+def _tool_calls(raw: Any, where: str, problems: list[FieldProblem]) -> tuple[ToolCall, ...]:
+    """An assistant message's `tool_calls`, OpenAI's shape: [{id, type, function: {name, arguments}}]."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)):
+        problems.append(FieldProblem(f"{where}.tool_calls", "must be a list of tool calls"))
+        return ()
+    calls = []
+    for i, call in enumerate(raw):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        arguments = function.get("arguments", "{}") if isinstance(function, Mapping) else None
+        call_id = call.get("id", f"call_{i}") if isinstance(call, Mapping) else None
+        if not isinstance(name, str) or not isinstance(arguments, str) or not isinstance(call_id, str):
+            problems.append(
+                FieldProblem(
+                    f"{where}.tool_calls[{i}]",
+                    "must be {id, type: 'function', function: {name, arguments (a JSON string)}}",
+                )
+            )
+            continue
+        calls.append(ToolCall(call_id, name, arguments))
+    return tuple(calls)
 
 
 def _content_text(content: Any) -> str | None:
@@ -81,7 +112,9 @@ def with_system_prompt(messages: list[Message], system_prompt: str | None) -> li
 class PromptFormat(Protocol):
     """Renders a conversation into the text the model continues."""
 
-    def render(self, messages: Sequence[Message]) -> str: ...
+    def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """`tools`: OpenAI function tools, for a template that renders them (`ChatTemplate`)."""
+        ...
 
 
 class _TemplateRaised(Exception):
@@ -151,18 +184,37 @@ class ChatTemplate:
         """Compile now, so a broken template fails at load time rather than at the first request."""
         _ = self._template
 
-    def render(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None) -> str:
-        """`variables`: more names the template may read (`reasoning_effort`, `enable_thinking`)."""
+    @cached_property
+    def renders_tools(self) -> bool:
+        """The template itself writes the tools into the prompt (it reads Hugging Face's `tools`
+        variable)."""
+        from jinja2 import TemplateError, meta
+
+        try:
+            return "tools" in meta.find_undeclared_variables(_sandbox().parse(self.source))
+        except TemplateError:
+            return False
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        variables: Mapping[str, Any] | None = None,
+    ) -> str:
+        """`tools`: OpenAI function tools, as Hugging Face's `tools` variable; `variables`: more
+        names the template may read (`reasoning_effort`, `enable_thinking`)."""
         from jinja2 import TemplateError
         from jinja2.sandbox import SecurityError
 
+        extra = {"tools": list(tools)} if tools else {}
         try:
             return self._template.render(
                 **(variables or {}),
-                messages=[{"role": m.role, "content": m.content} for m in messages],
+                messages=[_template_message(m) for m in messages],
                 add_generation_prompt=True,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
+                **extra,
             )
         except _TemplateRaised as exc:
             raise InvalidMessages.single("messages", f"rejected by the chat template: {exc}") from None
@@ -170,6 +222,30 @@ class ChatTemplate:
             raise ChatTemplateError(f"the chat template tried something unsafe: {exc}") from None
         except (TemplateError, ArithmeticError, TypeError, ValueError, AttributeError, LookupError) as exc:
             raise ChatTemplateError(f"the chat template failed to render: {exc}") from None
+
+
+def _template_message(message: Message) -> dict[str, Any]:
+    """A message as Hugging Face chat templates read it: calls with their arguments as an object."""
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": _arguments_object(c.arguments)},
+            }
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def _arguments_object(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
 
 
 @dataclass(frozen=True)
@@ -190,7 +266,7 @@ class PromptMap:
                     f"prompt_map[{role!r}] must contain '{{}}' or '{{content}}' where the message goes"
                 )
 
-    def render(self, messages: Sequence[Message]) -> str:
+    def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> str:
         parts = [self.pre_prompt]
         for message in messages:
             template = self.prompt_map.get(message.role)
@@ -206,5 +282,5 @@ class RawPrompt:
 
     separator: str = "\n"
 
-    def render(self, messages: Sequence[Message]) -> str:
+    def render(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> str:
         return self.separator.join(m.content for m in messages)

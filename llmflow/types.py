@@ -113,9 +113,29 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call the model made: `arguments` is JSON text, as the model wrote it."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_openai(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     role: str
     content: str
+    #: an assistant message's calls
+    tool_calls: tuple[ToolCall, ...] = ()
+    #: a tool message: the call it answers
+    tool_call_id: str | None = None
 
 
 class CancelToken:

@@ -16,6 +16,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from llmflow.constraints.matcher import TokenMatcher
+from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.errors import InvalidParams, InvalidRequest
 from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.prompts import ChatTemplate
@@ -104,18 +106,37 @@ class Engine(ABC):
 
     @abstractmethod
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
         """Yield sampled token ids until the caller stops iterating, `cancel` is raised or the
-        context is full. Closing the iterator frees the generation's engine state."""
+        context is full. Closing the iterator frees the generation's engine state.
+
+        With a `constraint`, every token is sampled from logits masked by
+        `constraint.allowed()` (greedy too: the masked argmax) and passed to
+        `constraint.advance` before the next one is sampled."""
+
+    def token_vocabulary(self) -> TokenVocabulary | None:
+        """Every token's bytes, for output constraints; None: this engine cannot constrain its
+        output (a request with a constraint is then refused)."""
+        return None
 
     def generate_group(
-        self, prompt_ids: Sequence[int], params: Sequence[SamplingParams], cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: Sequence[SamplingParams],
+        cancel: CancelToken,
+        constraints: Sequence[TokenMatcher | None] | None = None,
     ) -> list[Iterator[int]]:
         """Several answers to one prompt (OpenAI's `n`), one token iterator each. By default
         independent generations: an engine that decodes one at a time runs them in turn (read
-        them one after the other); a batching engine shares the computed prompt."""
-        return [self.generate(prompt_ids, p, cancel) for p in params]
+        them one after the other); a batching engine shares the computed prompt. `constraints`:
+        one matcher per choice (never shared: each holds its own choice's state), or None."""
+        matchers = list(constraints) if constraints is not None else [None] * len(params)
+        return [self.generate(prompt_ids, p, cancel, c) for p, c in zip(params, matchers, strict=True)]
 
     def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
         """One pooled vector per input (token ids), not normalised; an engine or model that cannot

@@ -24,8 +24,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from llmflow.constraints.matcher import TokenMatcher
+from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine, EngineOptions
-from llmflow.engines.hf_files import HfModelDir
+from llmflow.engines.hf_files import HfModelDir, token_vocabulary
 from llmflow.errors import EngineUnavailable, ModelNotFound
 from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate
@@ -131,6 +133,7 @@ class ExLlamaV2Engine(Engine):
         self.tokenizer = tokenizer
         self.options = options
         self._path = files.path
+        self._files = files
         self._pieces = files.token_bytes(model.config.vocab_size)
         self._special = files.special_token_texts()
         self._eos = files.eos_token_ids() | _ids(tokenizer.eos_token_id)
@@ -198,7 +201,11 @@ class ExLlamaV2Engine(Engine):
         return ByteDetokenizer(self._pieces.__getitem__)
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
         room = self.n_ctx - len(prompt_ids)
         if room <= 0 or not prompt_ids:
@@ -209,9 +216,20 @@ class ExLlamaV2Engine(Engine):
         self._prefill(prompt_ids)
         for _ in range(room):
             # Check between tokens: resuming this generator is what decodes the next one.
-            yield self._step(settings, rng)
+            token = self._step(settings, rng, constraint)
+            if constraint is not None:
+                constraint.advance(token)
+            yield token
             if cancel.cancelled:
                 return
+
+    def token_vocabulary(self) -> TokenVocabulary:
+        tokenizer = self.tokenizer
+
+        def encode(text: bytes) -> list[int]:
+            return tokenizer.encode(text.decode("utf-8", errors="replace"), add_bos=False)[0].tolist()
+
+        return token_vocabulary(self._files.tokenizer_json, self._eos, encode, len(self._pieces))
 
     def clear_cache(self) -> None:
         """Forget the cached sequence: the next prompt is computed from its first token."""
@@ -254,8 +272,9 @@ class ExLlamaV2Engine(Engine):
                 raise
             self._cached.extend(head[keep:])
 
-    def _step(self, settings: Any, rng: random.Random) -> int:
-        """Feed the sequence's last token, sample the next one and append it."""
+    def _step(self, settings: Any, rng: random.Random, constraint: TokenMatcher | None = None) -> int:
+        """Feed the sequence's last token, sample the next one (from the logits the output
+        constraint allows) and append it."""
         n = self._length
         try:
             logits = self.model.forward(self._sequence[:, n - 1 : n], self.cache)
@@ -263,8 +282,11 @@ class ExLlamaV2Engine(Engine):
             self.clear_cache()
             raise
         self._cached.append(self._last)
+        logits = logits.float().cpu()
+        if constraint is not None:
+            constraint.mask_torch(logits.view(-1))
         token, *_ = self._sampler.sample(
-            logits.float().cpu(), settings, self._sequence[:, :n], rng.random(), self.tokenizer
+            logits, settings, self._sequence[:, :n], rng.random(), self.tokenizer
         )
         self._last = token.item()
         self._sequence[0, n] = self._last

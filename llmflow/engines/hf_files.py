@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.errors import ModelNotFound
 from llmflow.prompts import ChatTemplate
 
@@ -139,6 +140,23 @@ def token_bytes_table(tokenizer_json: dict[str, Any], size: int = 0) -> list[byt
     for token_id, token in added.items():
         table[token_id] = b"" if token.get("special") else str(token.get("content", "")).encode("utf-8")
     return table
+
+
+def token_vocabulary(
+    tokenizer_json: dict[str, Any],
+    eos_token_ids: frozenset[int],
+    encode: Callable[[bytes], list[int]],
+    size: int = 0,
+) -> TokenVocabulary:
+    """The vocabulary for output constraints: every token's bytes, special added tokens as their
+    text (they are masked like any token, and allowed where a grammar names them)."""
+    tokens = token_bytes_table(tokenizer_json, size)
+    special = set()
+    for token in tokenizer_json.get("added_tokens", []):
+        if isinstance(token.get("id"), int) and token.get("special"):
+            tokens[token["id"]] = str(token.get("content", "")).encode("utf-8")
+            special.add(token["id"])
+    return TokenVocabulary(tokens, frozenset(special), eos_token_ids, encode, size)
 
 
 class HfModelDir:

@@ -9,11 +9,14 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from llmflow.constraints.matcher import TokenMatcher
+from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine, EngineOptions
 from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
@@ -164,6 +167,9 @@ class VocabMethods:
     def detokenizer(self) -> Detokenizer:
         return self._vocab.detokenizer()
 
+    def token_vocabulary(self) -> TokenVocabulary:
+        return self._vocab.token_vocabulary
+
 
 class LlamaCppEngine(VocabMethods, Engine):
     """One llama.cpp model and context. Generations run one at a time (callers serialise);
@@ -217,7 +223,11 @@ class LlamaCppEngine(VocabMethods, Engine):
         return self._llama.n_ctx()
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
         llama = self._llama
         seed = params.seed if params.seed is not None else self.options.seed
@@ -232,12 +242,16 @@ class LlamaCppEngine(VocabMethods, Engine):
             min_p=params.min_p,
             temp=params.temperature,
             repeat_penalty=params.repetition_penalty,
+            logits_processor=_masking(constraint),
         )
         top = params.logprobs
         try:
             # Check between tokens: resuming `tokens` is what decodes the next one.
             for produced, token in enumerate(tokens, 1):
+                if constraint is not None:
+                    constraint.advance(token)  # before the next token's logits are masked
                 # until resumed, the context's last logits are those the token was sampled from
+                # (raw: the constraint masks the sampler's copy of them, not the context's)
                 yield token if top is None else scored(token, self._last_logits(), top)
                 if produced >= limit or cancel.cancelled:
                     return
@@ -255,6 +269,16 @@ class LlamaCppEngine(VocabMethods, Engine):
     def close(self) -> None:
         self._embedder.close()
         self._llama.close()
+
+
+def _masking(constraint: TokenMatcher | None) -> Any:
+    """llama-cpp-python's logits processor hook (the first step of its sampler chain, so the
+    penalties, the filters and the greedy pick all see the masked logits)."""
+    if constraint is None:
+        return None
+    from llama_cpp import LogitsProcessorList
+
+    return LogitsProcessorList([lambda _ids, logits: constraint.mask(logits)])
 
 
 _MODEL_PARAMS_LOCK = threading.Lock()
@@ -342,6 +366,30 @@ class LlamaVocab:
 
     def detokenizer(self) -> Detokenizer:
         return ByteDetokenizer(self.pieces.__getitem__)
+
+    @cached_property
+    def token_vocabulary(self) -> TokenVocabulary:
+        """Built at the first constrained request: control tokens as their text (`<|im_end|>`)."""
+        import llama_cpp
+
+        vocab = self._model.vocab
+        special = frozenset(
+            t
+            for t in range(self.n_vocab)
+            if llama_cpp.llama_token_get_attr(vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+        )
+        tokens = [
+            _piece(llama_cpp, vocab, t, special=True) if t in special else piece
+            for t, piece in enumerate(self.pieces)
+        ]
+        model = self._model
+        return TokenVocabulary(
+            tokens,
+            special,
+            self.eos_token_ids,
+            lambda text: model.tokenize(text, False, False),
+            self.n_vocab,
+        )
 
 
 def _special_text(llama_cpp: Any, vocab: Any, token_id: int) -> str:

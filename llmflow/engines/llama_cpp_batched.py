@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
+from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import Engine
 from llmflow.engines.llama_cpp import (
     LlamaCppOptions,
@@ -205,14 +206,22 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         return self._backend.n_ctx_seq
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
         if params.seed is None and self.options.seed is not None:
             params = params.model_copy(update={"seed": self.options.seed})
-        return self._scheduler.generate(prompt_ids, params, cancel)
+        return self._scheduler.generate(prompt_ids, params, cancel, constraint)
 
     def generate_group(
-        self, prompt_ids: Sequence[int], params: Sequence[SamplingParams], cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: Sequence[SamplingParams],
+        cancel: CancelToken,
+        constraints: Sequence[TokenMatcher | None] | None = None,
     ) -> list[Iterator[int]]:
         """The prompt computed once, its KV cache copied to the other choices' sequences."""
         seed = self.options.seed
@@ -221,7 +230,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
                 p if p.seed is not None else p.model_copy(update={"seed": (seed + i) % 2**32})
                 for i, p in enumerate(params)
             ]
-        return self._scheduler.generate_group(prompt_ids, params, cancel)
+        return self._scheduler.generate_group(prompt_ids, params, cancel, constraints)
 
     def stats(self) -> SchedulerStats:
         return self._scheduler.stats()
@@ -325,9 +334,9 @@ class LlamaStepBackend:
         self.compute()
         return self.sample(samples)
 
-    def fill(self, entries: Sequence[BatchEntry]) -> list[tuple[Any, int, int | None]]:
-        """Write the entries into the llama.cpp batch; returns (sampler, batch index, logprobs)
-        to sample."""
+    def fill(self, entries: Sequence[BatchEntry]) -> list[tuple[Any, int, int | None, Any]]:
+        """Write the entries into the llama.cpp batch; returns (sampler, batch index, logprobs,
+        allowed tokens) to sample."""
         batch = self._batch
         token, pos, seq_id, logits = batch.token, batch.pos, batch.seq_id, batch.logits
         samples = []
@@ -343,7 +352,7 @@ class LlamaStepBackend:
                 p += 1
             if entry.sample:
                 logits[i - 1] = 1
-                samples.append((entry.sampler, i - 1, entry.logprobs))
+                samples.append((entry.sampler, i - 1, entry.logprobs, entry.allowed))
         batch.n_tokens = i
         return samples
 
@@ -356,15 +365,24 @@ class LlamaStepBackend:
             )
         self._lib.llama_synchronize(self._ctx)
 
-    def sample(self, samples: Sequence[tuple[Any, int, int | None]]) -> list[int]:
+    def sample(self, samples: Sequence[tuple[Any, int, int | None, Any]]) -> list[int]:
         lib, ctx = self._lib, self._ctx
-        tokens = [
-            self._argmax(index) if sampler is GREEDY else lib.llama_sampler_sample(sampler, ctx, index)
-            for sampler, index, _ in samples
-        ]
-        for k, (_, index, top) in enumerate(samples):
+        tokens: list[int] = []
+        for sampler, index, top, allowed in samples:
+            raw = None
+            if allowed is not None:
+                if top is not None:  # logprobs stay the model's own distribution, unmasked
+                    raw = self._logits(index).copy()
+                # in place, in llama.cpp's own logits: its sampler chain (or the argmax) then
+                # only ever sees the tokens the output constraint allows
+                np.copyto(self._logits(index), -np.inf, where=~allowed[: self._n_vocab])
+            if sampler is GREEDY:
+                token = self._argmax(index)
+            else:
+                token = lib.llama_sampler_sample(sampler, ctx, index)
             if top is not None:
-                tokens[k] = scored(tokens[k], self._logits(index), top)
+                token = scored(token, raw if raw is not None else self._logits(index), top)
+            tokens.append(token)
         return tokens
 
     def _argmax(self, index: int) -> int:
@@ -373,7 +391,8 @@ class LlamaStepBackend:
         return int(self._logits(index).argmax())
 
     def _logits(self, index: int) -> np.ndarray:
-        """The raw logits of batch row `index` (a view; a sampler chain does not change them)."""
+        """The logits of batch row `index`, as a view of llama.cpp's buffer: raw unless an output
+        constraint masked them (`sample`); a sampler chain does not change them."""
         row = self._lib.llama_get_logits_ith(self._ctx, index)
         return np.ctypeslib.as_array(row, shape=(self._n_vocab,))
 

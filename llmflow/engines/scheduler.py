@@ -14,9 +14,10 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from llmflow.constraints.matcher import TokenMatcher
 from llmflow.errors import EngineFailed
 from llmflow.params import SamplingParams
 from llmflow.types import CancelToken
@@ -37,6 +38,8 @@ class BatchEntry:
     sampler: Any
     #: with the sampled token, its logprob and this many most likely tokens' (None = off)
     logprobs: int | None = None
+    #: the tokens an output constraint allows next (a bool per logit), or None: all of them
+    allowed: Any = None
 
 
 class StepBackend(Protocol):
@@ -86,6 +89,7 @@ class Request:
     __slots__ = (
         "cancel",
         "closed",
+        "constraint",
         "fed",
         "generated",
         "leader",
@@ -98,7 +102,14 @@ class Request:
         "tokens",
     )
 
-    def __init__(self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken, limit: int):
+    def __init__(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        limit: int,
+        constraint: TokenMatcher | None = None,
+    ):
         self.tokens = list(prompt_ids)
         self.prompt_len = len(self.tokens)
         self.params = params
@@ -115,6 +126,8 @@ class Request:
         self.closed = False
         #: another choice of the same prompt, whose computed prompt this one copies
         self.leader: Request | None = None
+        #: this generation's own output constraint state
+        self.constraint = constraint
 
     @property
     def pending(self) -> int:
@@ -267,26 +280,43 @@ class BatchScheduler:
     # -- consumer side (any thread) --
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
         """Token ids of one generation, as the scheduler samples them. It stops after
         `params.max_tokens` tokens, an end-of-generation token or a full context; closing the
-        iterator or cancelling frees the sequence at the next step."""
-        request = Request(prompt_ids, params, cancel, min(params.max_tokens, self.n_ctx - len(prompt_ids)))
+        iterator or cancelling frees the sequence at the next step. `constraint`: the sampled
+        tokens only ever spell what it accepts."""
+        limit = min(params.max_tokens, self.n_ctx - len(prompt_ids))
+        request = Request(prompt_ids, params, cancel, limit, constraint)
         if request.limit <= 0:
             return
         self._submit([request])
         yield from TokenStream(request)
 
     def generate_group(
-        self, prompt_ids: Sequence[int], params: Sequence[SamplingParams], cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: Sequence[SamplingParams],
+        cancel: CancelToken,
+        constraints: Sequence[TokenMatcher | None] | None = None,
     ) -> list[Iterator[int]]:
         """Several answers to one prompt (OpenAI's `n`), one iterator each, to be read at once
         (from several threads). The prompt is computed once: the others copy its KV cache
         (all but its last token, which each computes itself, so that each samples its own first
-        token) once the first choice has computed it."""
+        token) once the first choice has computed it. `constraints`: one matcher per choice (its
+        own state: each choice's sampled tokens advance only its own)."""
         limit = self.n_ctx - len(prompt_ids)
-        requests = [Request(prompt_ids, p, cancel, min(p.max_tokens, limit)) for p in params]
+        matchers = list(constraints) if constraints is not None else [None] * len(params)
+        if len(matchers) != len(params):
+            raise ValueError("one constraint (or None) per choice")
+        requests = [
+            Request(prompt_ids, p, cancel, min(p.max_tokens, limit), c)
+            for p, c in zip(params, matchers, strict=True)
+        ]
         if limit <= 0:
             return [iter(()) for _ in requests]
         for follower in requests[1:]:
@@ -371,6 +401,9 @@ class BatchScheduler:
 
     def _forward(self, planned: list[tuple[Request, BatchEntry]]) -> None:
         """One forward pass, then hand out the sampled tokens."""
+        planned = self._constrained(planned)
+        if not planned:
+            return
         try:
             sampled = iter(self.backend.decode([entry for _, entry in planned]))
         except EngineFailed as exc:
@@ -384,7 +417,28 @@ class BatchScheduler:
             if entry.sample:
                 self._emit(request, next(sampled))
 
+    def _constrained(self, planned: list[tuple[Request, BatchEntry]]) -> list[tuple[Request, BatchEntry]]:
+        """The entries with the tokens each request's constraint allows next (computed before the
+        pass: they depend only on the tokens so far). A constraint that fails ends its own
+        request, not the step."""
+        kept = []
+        for request, entry in planned:
+            if entry.sample and request.constraint is not None:
+                try:
+                    entry = replace(entry, allowed=request.constraint.allowed())
+                except EngineFailed as exc:
+                    self._finish(request, exc)
+                    continue
+            kept.append((request, entry))
+        return kept
+
     def _emit(self, request: Request, token: int) -> None:
+        if request.constraint is not None:
+            try:
+                request.constraint.advance(int(token))
+            except EngineFailed as exc:
+                self._finish(request, exc)
+                return
         request.tokens.append(token)
         request.generated += 1
         self._generated += 1

@@ -40,6 +40,11 @@ class ModelSpec(BaseModel):
     pre_prompt: str = ""
     post_prompt: str = ""
     default_params: dict[str, Any] = Field(default_factory=dict)
+    default_output: dict[str, Any] | None = Field(
+        None,
+        description="default structured output params (json_schema, regex, choice, grammar, tools, "
+        "tool_choice): the signature's param defaults",
+    )
     system_prompt: str | None = None
     weights_path: str | None = Field(
         None, description="reference mode: a local path recorded instead of a copied artifact"
@@ -62,6 +67,20 @@ class ModelSpec(BaseModel):
     @classmethod
     def _valid_params(cls, value: dict[str, Any]) -> dict[str, Any]:
         return params_to_config(SamplingParams.parse(value))
+
+    @field_validator("default_output")
+    @classmethod
+    def _valid_output(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from llmflow.mlflow.inputs import parse_output
+        from llmflow.mlflow.signature import OUTPUT_PARAMS
+
+        if not value:
+            return None
+        unknown = sorted(set(value) - set(OUTPUT_PARAMS))
+        if unknown:
+            raise ValueError(f"unknown structured output params: {', '.join(unknown)}")
+        parse_output(value)  # an invalid schema or tool list fails at log time
+        return value
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None) -> ModelSpec:

@@ -19,23 +19,32 @@ from typing import Any
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
+from llmflow.constraints import Constraint
 from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest, LlmflowError
 from llmflow.llm import PromptInput
 from llmflow.mlflow.signature import (
+    CHOICE,
     DETAILS,
+    GRAMMAR,
+    JSON_SCHEMA,
+    OUTPUT_PARAMS,
+    REGEX,
     RESULT,
     RESULT_STRUCT,
     RESULT_TEXT,
     STOP_SEQUENCES,
     SYSTEM_PROMPT,
     TIMINGS,
+    TOOL_CHOICE,
+    TOOLS,
     TRACE,
 )
 from llmflow.params import PARAM_NAMES, SamplingParams
 from llmflow.prompts import parse_messages
+from llmflow.tools import Tool, ToolChoice, parse_tool_choice, parse_tools
 
 INPUT_FIELDS = ("prompt", "messages")
-_EXTRA_PARAMS = ("stop", STOP_SEQUENCES, SYSTEM_PROMPT, DETAILS, RESULT, TRACE, TIMINGS)
+_EXTRA_PARAMS = ("stop", STOP_SEQUENCES, SYSTEM_PROMPT, DETAILS, RESULT, TRACE, TIMINGS, *OUTPUT_PARAMS)
 _RESULTS = (RESULT_TEXT, RESULT_STRUCT)
 _HOW = "give a `prompt` string or a `messages` list of {role, content}"
 
@@ -46,6 +55,19 @@ class InvalidModelInput(MlflowException):
     def __init__(self, error: LlmflowError):
         super().__init__(str(error), error_code=INVALID_PARAMETER_VALUE)
         self.error = error
+
+
+NO_TOOLS = ToolChoice("none")
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRequest:
+    """What the answer must be: one constraint (`json_schema`, `regex`, `choice`, `grammar`), or
+    functions it may call (`tools`, `tool_choice`)."""
+
+    constraint: Constraint | None = None
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = NO_TOOLS
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +81,7 @@ class Options:
     #: None: the model's tracing setting decides (see `llmflow.observability.policy`)
     trace: bool | None = None
     timings: bool = False
+    output: OutputRequest = OutputRequest()
 
 
 def parse_rows(model_input: Any) -> list[PromptInput]:
@@ -183,6 +206,7 @@ def parse_options(params: Any, defaults: SamplingParams) -> Options:
         result=_choice(params.get(RESULT), RESULT, _RESULTS),
         trace=_optional_flag(params.get(TRACE), TRACE),
         timings=_flag(params.get(TIMINGS), TIMINGS),
+        output=parse_output(params),
     )
 
 
@@ -193,6 +217,36 @@ def _expanded(rows: list[Any]) -> list[Any]:
         columns = column_rows(row) if isinstance(row, Mapping) else None
         expanded.extend([row] if columns is None else columns)
     return expanded
+
+
+def parse_output(params: Mapping[str, Any]) -> OutputRequest:
+    """The structured output params; at most one constraint, and none beside forced tool calls."""
+    found = []
+    if params.get(JSON_SCHEMA):
+        found.append(Constraint.json_schema(params[JSON_SCHEMA], JSON_SCHEMA))
+    if params.get(REGEX):
+        found.append(Constraint.regex(params[REGEX], REGEX))
+    choice = _as_list(params.get(CHOICE))
+    if choice is not None and len(choice) > 0:
+        found.append(Constraint.choice(choice, CHOICE))
+    if params.get(GRAMMAR):
+        found.append(Constraint.grammar(params[GRAMMAR], GRAMMAR))
+    if len(found) > 1:
+        raise InvalidParams.single(
+            found[1].field, "give one output constraint: json_schema, regex, choice or grammar"
+        )
+    tools = parse_tools(params[TOOLS], TOOLS) if params.get(TOOLS) else ()
+    tool_choice = parse_tool_choice(_tool_choice(params.get(TOOL_CHOICE), tools), tools, TOOL_CHOICE)
+    if found and tool_choice.mode != "none":
+        raise InvalidParams.single(found[0].field, "cannot be combined with tools unless tool_choice is none")
+    return OutputRequest(found[0] if found else None, tools, tool_choice)
+
+
+def _tool_choice(value: Any, tools: Sequence[Tool]) -> Any:
+    """A bare function name (MLflow params are strings) means that function."""
+    if isinstance(value, str) and value in {t.name for t in tools}:
+        return {"type": "function", "function": {"name": value}}
+    return value or None
 
 
 def _records(model_input: Any) -> list[Any]:

@@ -41,6 +41,7 @@ from llmflow.mlflow.inputs import (
     parse_single,
 )
 from llmflow.mlflow.observed_calls import STREAM_SPAN, observed_stream, predict_observed, start_trace
+from llmflow.mlflow.output import call_dicts, detail_extras, prepare_call, with_calls
 from llmflow.mlflow.signature import RESULT_STRUCT, TIMINGS
 from llmflow.mlflow.struct_result import struct_answers
 from llmflow.mlflow.worker_cache import load_llm
@@ -49,6 +50,7 @@ from llmflow.types import Chunk, Completion, FinishReason, Usage
 
 if TYPE_CHECKING:
     from llmflow.llm import LLM, PreparedRequest, PromptInput
+    from llmflow.tools import ToolPlan
 
 
 class LlmflowPyfuncModel(PythonModel):
@@ -87,9 +89,8 @@ class LlmflowPyfuncModel(PythonModel):
             return struct_answers(llm, each_row, options)
         with as_mlflow_error():
             rows = parse_rows(model_input)
-            requests = [
-                llm.prepare(row, options.sampling, system_prompt=options.system_prompt) for row in rows
-            ]
+            prepared = [prepare_call(llm, row, options) for row in rows]
+            requests = [request for request, _ in prepared]
             if options.timings and not options.details:
                 raise InvalidParams.single(TIMINGS, "needs details=true in predict (answers are strings)")
         trace = tracing_wanted(options.trace, self.tracing)
@@ -97,7 +98,10 @@ class LlmflowPyfuncModel(PythonModel):
             results = predict_observed(llm, rows, requests, options, trace=trace, started=started)
         else:
             results = [(collect(llm.stream_prepared(request)), None) for request in requests]
-        return [_answer(completion, timings, options) for completion, timings in results]
+        return [
+            _answer(completion, timings, options, plan)
+            for (completion, timings), (_, plan) in zip(results, prepared, strict=True)
+        ]
 
     def predict_stream(
         self, context: Any, model_input, params: dict[str, Any] | None = None
@@ -105,27 +109,28 @@ class LlmflowPyfuncModel(PythonModel):
         """Chunk dicts as tokens are generated. Bad input raises here, before the iterator."""
         timings = RequestTimings()
         llm = self._loaded()
-        row, options, request = self.prepare_stream(model_input, params)
+        row, options, request, plan = self.prepare_stream(model_input, params)
         timings.admit()  # in process there is no queue: queue_ms is the time taken to prepare
         trace = None
         if tracing_wanted(options.trace, self.tracing):
             trace = start_trace(STREAM_SPAN, llm, row, options, timings.arrived)
         elif not options.timings:  # neither: the plain stream, nothing on the token path
-            return chunk_dicts(llm.stream_prepared(request))
+            return chunk_dicts(call_dicts(with_calls(llm.stream_prepared(request), plan)))
         stream = observed_stream(llm, request, timings, trace)
-        return chunk_dicts(stream, timings if options.timings else None)
+        return chunk_dicts(call_dicts(with_calls(stream, plan)), timings if options.timings else None)
 
     def prepare_stream(
         self, model_input: Any, params: dict[str, Any] | None
-    ) -> tuple[PromptInput, Options, PreparedRequest]:
+    ) -> tuple[PromptInput, Options, PreparedRequest, ToolPlan | None]:
         """What a stream checks before its first token: the one input, the params, the prepared
-        request. Callers that stream the LLM themselves (the server) start here too."""
+        request (and its tool plan, when it offers tools). Callers that stream the LLM themselves
+        (the server) start here too."""
         llm = self._loaded()
         with as_mlflow_error():
             row = parse_single(model_input)
             options = parse_options(params, llm.default_params)
-            request = llm.prepare(row, options.sampling, system_prompt=options.system_prompt)
-        return row, options, request
+            request, plan = prepare_call(llm, row, options)
+        return row, options, request, plan
 
     def _loaded(self) -> LLM:
         if self.llm is None:
@@ -136,10 +141,12 @@ class LlmflowPyfuncModel(PythonModel):
         return self.llm
 
 
-def _answer(completion: Completion, timings: RequestTimings | None, options: Options) -> Any:
+def _answer(
+    completion: Completion, timings: RequestTimings | None, options: Options, plan: ToolPlan | None = None
+) -> Any:
     if not options.details:
         return completion.text
-    answer = completion_to_dict(completion)
+    answer = {**completion_to_dict(completion), **detail_extras(completion, options, plan)}
     if options.timings and timings is not None:
         answer["timings"] = timings.to_dict()
     return answer
@@ -202,15 +209,19 @@ def weights_location(spec: ModelSpec, artifacts: dict[str, str]) -> Path:
     return Path(artifacts[WEIGHTS_ARTIFACT])
 
 
-def chunk_dicts(chunks: Iterator[Chunk], timings: RequestTimings | None = None) -> Iterator[dict[str, Any]]:
+def chunk_dicts(
+    chunks: Iterator[Chunk | dict[str, Any]], timings: RequestTimings | None = None
+) -> Iterator[dict[str, Any]]:
     """The stream as dicts, the final one with `timings` when given; closing this generator
-    closes (and so cancels) the generation."""
+    closes (and so cancels) the generation. A dict in the stream (a final chunk with tool calls)
+    goes out as it is."""
     try:
         for chunk in chunks:
-            if timings is not None and chunk.is_final:
-                yield {**chunk_to_dict(chunk), "timings": timings.to_dict()}
+            body = chunk if isinstance(chunk, dict) else chunk_to_dict(chunk)
+            if timings is not None and "finish_reason" in body:
+                yield {**body, "timings": timings.to_dict()}
             else:
-                yield chunk_to_dict(chunk)
+                yield body
     finally:
         close = getattr(chunks, "close", None)
         if close is not None:

@@ -22,7 +22,7 @@ from llmflow.engines import engine_class, guess_engine
 from llmflow.errors import InvalidParams
 from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
 from llmflow.mlflow.requirements import default_requirements
-from llmflow.mlflow.signature import INPUT_EXAMPLE, build_signature
+from llmflow.mlflow.signature import INPUT_EXAMPLE, OUTPUT_PARAMS, build_signature
 from llmflow.mlflow.weights import copy_weights
 from llmflow.model_files import resolve_model_path
 from llmflow.prompts import ChatTemplate, PromptMap
@@ -75,6 +75,8 @@ def model_source(
         PromptMap(dict(prompt_map), pre_prompt, post_prompt)
     if chat_template is not None:
         ChatTemplate(chat_template).validate()
+    params = dict(default_params or {})
+    output = {name: params.pop(name) for name in OUTPUT_PARAMS if name in params}
     spec = ModelSpec.parse(
         {
             "llmflow_version": __version__,
@@ -85,7 +87,8 @@ def model_source(
             "prompt_map": dict(prompt_map) if prompt_map is not None else None,
             "pre_prompt": pre_prompt,
             "post_prompt": post_prompt,
-            "default_params": dict(default_params or {}),
+            "default_params": params,
+            "default_output": output or None,
             "system_prompt": system_prompt,
             "weights_path": str(weights) if by_reference else None,
             "tracing": tracing,
@@ -168,7 +171,7 @@ def _interface_arguments(source: ModelSource, input_example: Any) -> dict[str, A
     if source.interface == CHUNKS:
         return {
             "model_config": spec.to_config(),
-            "signature": build_signature(spec.sampling_params, spec.system_prompt),
+            "signature": build_signature(spec.sampling_params, spec.system_prompt, spec.default_output),
             "input_example": input_example,
         }
     from llmflow.mlflow.responses_agent import INPUT_EXAMPLE as RESPONSES_EXAMPLE

@@ -11,6 +11,7 @@ Called without MLflow (the python model directly, or the HTTP server), `stop` ma
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, get_args
 
 from mlflow.models.signature import ModelSignature
@@ -28,6 +29,14 @@ RESULT_TEXT = "text"
 RESULT_STRUCT = "struct"
 TRACE = "trace"  # record an MLflow trace of this call (None: the model's setting, see observability)
 TIMINGS = "timings"  # add a `timings` object: predict_stream's final chunk, predict's detail dicts
+#: structured output (llmflow.constraints) and function calling (llmflow.tools)
+JSON_SCHEMA = "json_schema"  # a JSON Schema as JSON text
+REGEX = "regex"
+CHOICE = "choice"  # a list of strings; empty: none
+GRAMMAR = "grammar"  # Lark or GBNF
+TOOLS = "tools"  # OpenAI's tools list as JSON text
+TOOL_CHOICE = "tool_choice"  # none, auto, required, a function's name, or OpenAI's object as JSON text
+OUTPUT_PARAMS = (JSON_SCHEMA, REGEX, CHOICE, GRAMMAR, TOOLS, TOOL_CHOICE)
 
 INPUT_EXAMPLE: dict[str, Any] = {"prompt": "What is MLflow?"}
 
@@ -44,9 +53,13 @@ def input_schema() -> Schema:
     )
 
 
-def param_schema(defaults: SamplingParams, system_prompt: str | None = None) -> ParamSchema:
+def param_schema(
+    defaults: SamplingParams, system_prompt: str | None = None, output: Mapping[str, Any] | None = None
+) -> ParamSchema:
     """Every sampling param with `defaults`' value, plus `stop_sequences`, `system_prompt`,
-    `details`, `result`, `trace` and `timings`."""
+    `details`, `result`, `trace`, `timings` and the structured output params (`output`: their
+    logged defaults)."""
+    output = output or {}
     specs = [
         ParamSpec(name, _scalar_type(name, field.annotation), getattr(defaults, name))
         for name, field in SamplingParams.model_fields.items()
@@ -60,15 +73,21 @@ def param_schema(defaults: SamplingParams, system_prompt: str | None = None) -> 
         ParamSpec(RESULT, DataType.string, RESULT_TEXT),
         ParamSpec(TRACE, DataType.boolean, None),
         ParamSpec(TIMINGS, DataType.boolean, False),
+        *(ParamSpec(name, DataType.string, output.get(name)) for name in (JSON_SCHEMA, REGEX, GRAMMAR)),
+        ParamSpec(CHOICE, DataType.string, list(output.get(CHOICE) or []), (-1,)),
+        ParamSpec(TOOLS, DataType.string, output.get(TOOLS)),
+        ParamSpec(TOOL_CHOICE, DataType.string, output.get(TOOL_CHOICE)),
     ]
     return ParamSchema(specs)
 
 
-def build_signature(defaults: SamplingParams, system_prompt: str | None = None) -> ModelSignature:
+def build_signature(
+    defaults: SamplingParams, system_prompt: str | None = None, output: Mapping[str, Any] | None = None
+) -> ModelSignature:
     return ModelSignature(
         inputs=input_schema(),
         outputs=Schema([ColSpec(DataType.string)]),
-        params=param_schema(defaults, system_prompt),
+        params=param_schema(defaults, system_prompt, output),
     )
 
 

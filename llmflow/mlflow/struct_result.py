@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from llmflow.errors import LlmflowError
 from llmflow.llm import PromptInput, collect
+from llmflow.mlflow.output import prepare_call
+from llmflow.types import FinishReason
 
 if TYPE_CHECKING:
     from llmflow.llm import LLM
@@ -46,10 +48,13 @@ def _answer(llm: LLM, row: PromptInput | LlmflowError, options: Options) -> dict
     if isinstance(row, LlmflowError):
         return error_record(row)
     try:
-        request = llm.prepare(row, options.sampling, system_prompt=options.system_prompt)
+        request, _ = prepare_call(llm, row, options)
     except LlmflowError as exc:  # bad messages, a prompt too long for the context window
         return error_record(exc)
     completion = collect(llm.stream_prepared(request))
+    constraint = options.output.constraint
+    if constraint is not None and constraint.is_json and completion.finish_reason is not FinishReason.STOP:
+        return error_record(AnswerCut(completion.usage.completion_tokens))
     return {
         "answer": completion.text,
         "finish_reason": completion.finish_reason.value,
@@ -57,6 +62,17 @@ def _answer(llm: LLM, row: PromptInput | LlmflowError, options: Options) -> dict
         "completion_tokens": completion.usage.completion_tokens,
         "error": "",
     }
+
+
+class AnswerCut(LlmflowError):
+    """A JSON answer that ended at max_tokens before it closed: never half-parsed."""
+
+    code = "answer_cut"
+
+    def __init__(self, tokens: int):
+        super().__init__(
+            f"the answer ended at max_tokens ({tokens}) before its JSON closed; raise max_tokens"
+        )
 
 
 def error_record(error: LlmflowError) -> dict[str, Any]:

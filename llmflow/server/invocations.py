@@ -34,6 +34,7 @@ from fastapi.responses import Response
 from starlette.types import Receive
 
 from llmflow.errors import LlmflowError, ModelNotFound, UnsupportedEndpoint
+from llmflow.mlflow.output import call_dicts, with_calls
 from llmflow.observability import RequestTimings
 from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_response
@@ -44,6 +45,7 @@ from llmflow.server.responses import answer_agent, pop_stream_flag
 from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.state import ServerState, get_state
+from llmflow.tools import ToolPlan
 from llmflow.types import CancelToken, current_cancel
 
 if TYPE_CHECKING:
@@ -237,12 +239,12 @@ async def _stream_llmflow(
     """Bad input is a 400 in MLflow's shape before the stream starts, as from the pyfunc model."""
     model = state.served.pyfunc
 
-    def prepare() -> tuple[Any, Any, PreparedRequest]:
+    def prepare() -> tuple[Any, Any, PreparedRequest, ToolPlan | None]:
         data, params = mlflow_scoring.stream_input(model, payload)
         return python_model.prepare_stream(data, params)
 
     try:
-        _, options, prepared = await asyncio.to_thread(prepare)
+        _, options, prepared, plan = await asyncio.to_thread(prepare)
     except Exception as exc:
         return _error_answer(exc)
     llm = python_model.llm
@@ -252,7 +254,12 @@ async def _stream_llmflow(
     cancel = CancelToken()
     fmt = LlmflowChunkFormat(with_timings=options.timings)
     generation = await start_generation(
-        state, lambda: llm.stream_prepared(prepared, cancel), observed, fmt.final_of, cancel, receive=receive
+        state,
+        lambda: call_dicts(with_calls(llm.stream_prepared(prepared, cancel), plan)),
+        observed,
+        fmt.final_of,
+        cancel,
+        receive=receive,
     )
     events = stream_events(generation, fmt)
     return EventStream(events, on_close=generation.close, ping_interval_s=_ping_interval(ping))

@@ -16,7 +16,7 @@ from typing import Any
 from mlflow.exceptions import MlflowException
 
 from llmflow.errors import LlmflowError
-from llmflow.mlflow.model import chunk_to_dict
+from llmflow.mlflow.model import chunk_from_dict, chunk_to_dict
 from llmflow.observability import RequestTimings
 from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_body, llmflow_error_body
@@ -53,18 +53,29 @@ class ChunkDictFormat(ChunkFormat):
 
 
 class LlmflowChunkFormat(ChunkFormat):
-    """`WireFormat` of an llmflow model's chunks at /invocations."""
+    """`WireFormat` of an llmflow model's chunks at /invocations. With tools, the final item is
+    the dict `predict_stream` ends with (it carries `tool_calls`)."""
 
     def __init__(self, with_timings: bool = False):
         self.with_timings = with_timings
+
+    @staticmethod
+    def final_of(item: Chunk | dict[str, Any]) -> Chunk | None:  # type: ignore[override]
+        if isinstance(item, dict):
+            return chunk_from_dict({**item, "finish_reason": "stop"})
+        return item if item.finish_reason is not None else None
+
+    @staticmethod
+    def text_of(item: Chunk | dict[str, Any]) -> str:  # type: ignore[override]
+        return item.text if isinstance(item, Chunk) else ""
 
     @staticmethod
     def item(chunk: Chunk) -> bytes:
         """The per-token path: `{"content": text}`."""
         return b'data: {"content":' + json.dumps(chunk.text, ensure_ascii=False).encode() + b"}\n\n"
 
-    def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
-        body = chunk_to_dict(final)
+    def final(self, chunk: Chunk | dict[str, Any], final: Chunk, timings: RequestTimings) -> bytes:
+        body = dict(chunk) if isinstance(chunk, dict) else chunk_to_dict(final)
         if self.with_timings:
             body["timings"] = timings.to_dict()
         return event(mlflow_scoring.chunk_json(body))

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from llmflow.choices import stream_choices
+from llmflow.constraints import Constraint
 from llmflow.errors import (
     FieldProblem,
     InvalidParams,
@@ -29,15 +30,17 @@ from llmflow.llm import LLM, PreparedRequest
 from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
+from llmflow.prompts import parse_messages
 from llmflow.server import openai_format
 from llmflow.server.event_stream import EventStream
-from llmflow.server.openai_format import ChoicesFormat, StreamFormat
+from llmflow.server.openai_format import ChoicesFormat, StreamFormat, ToolStreamFormat
 from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.running import start_generation
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
     ChatCompletion,
     ChatCompletionRequest,
+    ChatMessage,
     CompletionRequest,
     ModelCard,
     ModelList,
@@ -45,7 +48,8 @@ from llmflow.server.schemas import (
     error_responses,
 )
 from llmflow.server.state import ServerState, get_state
-from llmflow.types import CancelToken
+from llmflow.tools import ToolPlan, parse_tool_choice, parse_tools, plan_tools, split_answer, tool_stream
+from llmflow.types import CancelToken, Chunk, Message
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
@@ -66,13 +70,16 @@ def _stream_doc(model: type) -> dict[int | str, dict[str, Any]]:
 
 @router.post("/chat/completions", response_model=None, responses=_stream_doc(ChatCompletion))
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-    """Answer a conversation with the model's chat template."""
+    """Answer a conversation with the model's chat template; with `tools`, the answer may call
+    functions (`message.tool_calls`, streamed as `delta.tool_calls`)."""
     timings = RequestTimings()
     state = get_state(request)
     llm = llm_for(state, body.model)
     max_tokens = body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens
     params = _sampling_params(llm, body, max_tokens=max_tokens, max_n=state.settings.max_n)
-    messages = [message.model_dump(include={"role", "content"}) for message in body.messages]
+    messages = parse_messages([_message_dict(message) for message in body.messages])
+    plan = _tool_plan(llm, body, messages)
+    constraint = _one_constraint(_output_constraint(body), plan.constraint)
     variables = None
     if body.reasoning_effort is not None:
         variables = {
@@ -81,13 +88,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
         }
     prepared = await prepare(
         llm,
-        messages,
+        plan.messages,
         params,
         raw=False,
+        plan=plan,
+        constraint=constraint,
+        tools=plan.template_tools,
         reasoning_format=state.settings.reasoning_format,
         template_vars=variables,
     )
-    return await _answer(state, request, llm, prepared, body, timings, chat=True)
+    return await _answer(state, request, llm, prepared, body, timings, chat=True, plan=plan)
 
 
 @router.post("/completions", response_model=None, responses=_stream_doc(TextCompletion))
@@ -97,7 +107,8 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     state = get_state(request)
     llm = llm_for(state, body.model)
     params = _sampling_params(llm, body, max_tokens=body.max_tokens, max_n=state.settings.max_n)
-    prepared = await prepare(llm, _single_prompt(body.prompt), params, raw=True)
+    constraint = _output_constraint(body)
+    prepared = await prepare(llm, _single_prompt(body.prompt), params, raw=True, constraint=constraint)
     return await _answer(state, request, llm, prepared, body, timings, chat=False)
 
 
@@ -180,6 +191,55 @@ def _unsupported_fields(body: ChatCompletionRequest | CompletionRequest, max_n: 
     return problems
 
 
+def _message_dict(message: ChatMessage) -> dict[str, Any]:
+    out = message.model_dump(include={"role", "content", "tool_call_id"}, exclude_none=True)
+    if message.tool_calls:
+        out["tool_calls"] = [call.model_dump() for call in message.tool_calls]
+    return out
+
+
+def _output_constraint(body: ChatCompletionRequest | CompletionRequest) -> Constraint | None:
+    """What the answer must be: `response_format`, or llmflow's `regex`, `choice`, `grammar`; at
+    most one of them."""
+    found: list[Constraint] = []
+    fmt = body.response_format
+    if fmt is not None and fmt.type == "json_object":
+        found.append(Constraint.json_object("response_format"))
+    elif fmt is not None and fmt.type == "json_schema":
+        if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+            raise InvalidRequest.single("response_format.json_schema.schema", "json_schema needs a schema")
+        found.append(Constraint.json_schema(fmt.json_schema.schema_, "response_format.json_schema.schema"))
+    if body.regex is not None:
+        found.append(Constraint.regex(body.regex, "regex"))
+    if body.choice is not None:
+        found.append(Constraint.choice(body.choice, "choice"))
+    if body.grammar is not None:
+        found.append(Constraint.grammar(body.grammar, "grammar"))
+    if len(found) > 1:
+        names = ", ".join(c.field.split(".")[0] for c in found)
+        raise InvalidRequest.single(found[1].field.split(".")[0], f"give one output constraint, not {names}")
+    return found[0] if found else None
+
+
+def _one_constraint(output: Constraint | None, tools: Constraint | None) -> Constraint | None:
+    if output is not None and tools is not None:
+        raise InvalidRequest.single(
+            output.field.split(".")[0], "cannot be combined with tools unless tool_choice is none"
+        )
+    return output or tools
+
+
+def _tool_plan(llm: LLM, body: ChatCompletionRequest, messages: list[Message]) -> ToolPlan:
+    raw_tools = [tool.model_dump(exclude_none=True) for tool in body.tools or ()]
+    tools = parse_tools(raw_tools) if raw_tools else ()
+    choice = body.tool_choice
+    raw_choice = choice.model_dump() if choice is not None and not isinstance(choice, str) else choice
+    parsed = parse_tool_choice(raw_choice, tools)
+    return plan_tools(
+        llm.prompt_format, messages, tools, parsed, parallel=body.parallel_tool_calls is not False
+    )
+
+
 def _single_prompt(prompt: str | list[str]) -> str:
     if isinstance(prompt, str):
         return prompt
@@ -189,12 +249,19 @@ def _single_prompt(prompt: str | list[str]) -> str:
 
 
 async def prepare(
-    llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool, **options: Any
+    llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool, plan: ToolPlan | None = None, **options: Any
 ) -> PreparedRequest:
-    """Render and tokenize in a thread (a long prompt takes a while), raising llmflow errors;
-    `options` are `LLM.prepare`'s."""
+    """Check the tool plan, compile the constraint, render and tokenize in a thread (a long
+    prompt, a large schema take a while), raising llmflow errors; `options` are `LLM.prepare`'s
+    (`constraint`, `tools`, `reasoning_format`, `template_vars`)."""
+
+    def prepared() -> PreparedRequest:
+        if plan is not None:
+            plan.check(llm.compile)
+        return llm.prepare(prompt, params, raw=raw, **options)
+
     try:
-        return await asyncio.to_thread(llm.prepare, prompt, params, raw=raw, **options)
+        return await asyncio.to_thread(prepared)
     except UnicodeEncodeError:
         field = "prompt" if raw else "messages"
         raise InvalidRequest.single(
@@ -212,8 +279,10 @@ async def _answer(
     timings: RequestTimings,
     *,
     chat: bool,
+    plan: ToolPlan | None = None,
 ) -> Response:
     cancel = CancelToken()
+    calls = plan.format if plan is not None and plan.active else None
     name, span_type = (
         ("llmflow.chat_completions", SPAN_TYPE_CHAT) if chat else ("llmflow.completions", SPAN_TYPE_LLM)
     )
@@ -226,16 +295,23 @@ async def _answer(
         "with_timings": bool(body.timings),
         "with_logprobs": prepared.params.logprobs is not None,
     }
+    # streamed function calls: each choice's text split into text and call pieces as it comes
+    split: Callable[[Iterator[Chunk]], Iterator[Any]] | None = None
+    if calls is not None and body.stream:
+        split = lambda chunks: tool_stream(chunks, calls)  # noqa: E731
     if n == 1:
-        fmt: StreamFormat = StreamFormat(**options)
+        fmt: StreamFormat = StreamFormat(**options) if split is None else ToolStreamFormat(**options)
         source: Callable[[], Iterator[Any]] = lambda: llm.stream_prepared(prepared, cancel)  # noqa: E731
+        if split is not None:
+            source = lambda: split(llm.stream_prepared(prepared, cancel))  # noqa: E731
     else:
         fmt = ChoicesFormat(**options, n=n)
-        source = lambda: stream_choices(llm, prepared, n, cancel)  # noqa: E731
+        source = lambda: stream_choices(llm, prepared, n, cancel, split=split)  # noqa: E731
     generation = await start_generation(
         state, source, observed, fmt.final_of, cancel, receive=request.receive
     )
     if body.stream:
         return EventStream(stream_events(generation, fmt), on_close=generation.close)
     completions = await collect(generation, request.receive, n)
-    return JSONResponse(fmt.answer(completions, timings))
+    splits = [split_answer(c.text, calls) for c in completions] if calls is not None else None
+    return JSONResponse(fmt.answer(completions, timings, splits=splits))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from llmflow.choices import ChoiceChunk
@@ -14,7 +15,8 @@ from llmflow.observability import RequestTimings
 from llmflow.server.error_answers import sse_error_event
 from llmflow.server.openai_logprobs import TextLogprobs, chat_logprobs
 from llmflow.server.pipeline import ChunkFormat
-from llmflow.types import Chunk, Completion, FinishReason, Usage
+from llmflow.tools import ToolCallChunk
+from llmflow.types import Chunk, Completion, FinishReason, ToolCall, Usage
 
 
 def _dumps(value: Any) -> str:
@@ -84,44 +86,69 @@ class StreamFormat(ChunkFormat):
 
     def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
         extra = {"timings": timings.to_dict()} if self.with_timings else None
+        reason = finish_reason_value(final.finish_reason)
         if not self.include_usage or final.usage is None:
-            return self.finish(final.finish_reason, extra)
-        return self.finish(final.finish_reason) + self.usage(final.usage, extra)
+            return self.finish(reason, extra)
+        return self.finish(reason) + self.usage(final.usage, extra)
 
     @staticmethod
     def error(error: Exception) -> bytes:
         return sse_error_event(error)
 
-    def answer(self, completions: list[Completion], timings: RequestTimings) -> dict[str, Any]:
+    def answer(
+        self,
+        completions: list[Completion],
+        timings: RequestTimings,
+        *,
+        splits: Sequence[tuple[str, Sequence[ToolCall]]] | None = None,
+    ) -> dict[str, Any]:
         """The whole answer, not streamed: `chat.completion` (text in `message`) or
-        `text_completion`, a choice per completion (all carry the usage of all)."""
+        `text_completion`, a choice per completion (all carry the usage of all). `splits`: each
+        completion's (text, function calls), split from its text by the caller; a choice with
+        calls has `message.tool_calls` and finish reason `tool_calls`."""
         answer: dict[str, Any] = {
             "id": new_id("chatcmpl" if self.chat else "cmpl"),
             "object": "chat.completion" if self.chat else "text_completion",
             "created": int(time.time()),
             "model": self._head["model"],
-            "choices": [self._whole_choice(i, c) for i, c in enumerate(completions)],
+            "choices": [
+                self._whole_choice(i, c, *(splits[i] if splits is not None else (None, ())))
+                for i, c in enumerate(completions)
+            ],
             "usage": completions[0].usage.to_dict(),
         }
         if self.with_timings:
             answer["timings"] = timings.to_dict()
         return answer
 
-    def _whole_choice(self, index: int, completion: Completion) -> dict[str, Any]:
+    def _whole_choice(
+        self,
+        index: int,
+        completion: Completion,
+        content: str | None = None,
+        tool_calls: Sequence[ToolCall] = (),
+    ) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": index}
+        text = completion.text if content is None else content
+        reason = completion.finish_reason.value
         if self.chat:
-            choice["message"] = {"role": "assistant", "content": completion.text}
+            choice["message"] = {"role": "assistant", "content": text}
             if completion.reasoning:
                 choice["message"].update(
                     reasoning_content=completion.reasoning, reasoning=completion.reasoning
                 )
+            if tool_calls:
+                choice["message"].update(
+                    content=text or None, tool_calls=[call.to_openai() for call in tool_calls]
+                )
+                reason = tool_calls_reason(completion.finish_reason)
         else:
-            choice["text"] = completion.text
+            choice["text"] = text
         logprobs = None
         if self.with_logprobs:
             entries = completion.logprobs
             logprobs = chat_logprobs(entries) if self.chat else TextLogprobs()(entries)
-        choice.update(logprobs=logprobs, finish_reason=completion.finish_reason.value)
+        choice.update(logprobs=logprobs, finish_reason=reason)
         return choice
 
     def _scored(self, chunk: Chunk, index: int = 0) -> bytes:
@@ -136,15 +163,29 @@ class StreamFormat(ChunkFormat):
         logprobs = chat_logprobs(chunk.logprobs) if self.with_logprobs else None
         return self._event(self._choice(delta, None, logprobs, index))
 
+    def _call(self, item: ToolCallChunk, index: int = 0) -> bytes:
+        """A piece of a function call, as OpenAI streams `delta.tool_calls[i]`: `id`, `type` and
+        `function.name` first, then `function.arguments` in pieces."""
+        call: dict[str, Any] = {"index": item.index}
+        if item.id is not None:
+            call.update(
+                id=item.id, type="function", function={"name": item.name, "arguments": item.arguments}
+            )
+        else:
+            call["function"] = {"arguments": item.arguments}
+        return self._event(self._choice({"tool_calls": [call]}, None, index=index))
+
     # -- events ------------------------------------------------------------------------------------
     def role(self, index: int = 0) -> bytes:
         return self._event(self._choice({"role": "assistant", "content": ""}, None, index=index))
 
     def finish(
-        self, reason: FinishReason | None, extra: dict[str, Any] | None = None, index: int = 0
+        self, reason: FinishReason | str | None, extra: dict[str, Any] | None = None, index: int = 0
     ) -> bytes:
-        """The chunk with the finish reason; `extra` keys (llmflow's `timings`) added at the top."""
-        body = self._choice({} if self.chat else "", finish_reason_value(reason), index=index)
+        """The chunk with the finish reason (or its wire string: `tool_calls`); `extra` keys
+        (llmflow's `timings`) added at the top."""
+        value = reason.value if isinstance(reason, FinishReason) else reason
+        body = self._choice({} if self.chat else "", value, index=index)
         return self._event({**body, **extra} if extra else body)
 
     def usage(self, usage: Usage, extra: dict[str, Any] | None = None) -> bytes:
@@ -167,33 +208,86 @@ class StreamFormat(ChunkFormat):
         return b"data: " + _dumps(body).encode() + b"\n\n"
 
 
+def tool_calls_reason(reason: FinishReason) -> str:
+    """An answer that called functions and ended by itself finishes with `tool_calls`."""
+    return "tool_calls" if reason is FinishReason.STOP else reason.value
+
+
 class ChoicesFormat(StreamFormat):
     """`StreamFormat` for n > 1 answers to one request (a `WireFormat` of `ChoiceChunk`s): each
     event names its choice's `index`; a choice's end is its finish chunk; the last one to end
-    brings the usage chunk (with `include_usage`)."""
+    brings the usage chunk (with `include_usage`). A choice's items may be function call pieces
+    (`ToolCallChunk`, with tools): that choice then finishes with `tool_calls`."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._called: set[int] = set()
 
     def opening(self) -> bytes:
         return b"".join(self.role(i) for i in range(self.n)) if self.chat else b""
 
     @staticmethod
     def final_of(item: ChoiceChunk) -> Chunk | None:
-        return item.chunk if item.chunk.usage is not None else None
+        chunk = item.chunk
+        return chunk if isinstance(chunk, Chunk) and chunk.usage is not None else None
 
     @staticmethod
     def text_of(item: ChoiceChunk) -> str:
-        return item.chunk.text
+        chunk = item.chunk
+        return chunk.text if isinstance(chunk, Chunk) else chunk.arguments
 
     def item(self, item: ChoiceChunk) -> bytes:  # type: ignore[override]
         chunk = item.chunk
+        if isinstance(chunk, ToolCallChunk):
+            self._called.add(item.index)
+            return self._call(chunk, item.index)
         if chunk.finish_reason is not None:
-            return self.finish(chunk.finish_reason, index=item.index)
+            return self.finish(self._reason(item.index, chunk.finish_reason), index=item.index)
         return self._scored(chunk, item.index)
 
     def final(self, item: ChoiceChunk, final: Chunk, timings: RequestTimings) -> bytes:  # type: ignore[override]
         extra = {"timings": timings.to_dict()} if self.with_timings else None
+        assert final.finish_reason is not None
+        reason = self._reason(item.index, final.finish_reason)
         if not self.include_usage or final.usage is None:
-            return self.finish(final.finish_reason, extra, index=item.index)
-        return self.finish(final.finish_reason, index=item.index) + self.usage(final.usage, extra)
+            return self.finish(reason, extra, index=item.index)
+        return self.finish(reason, index=item.index) + self.usage(final.usage, extra)
+
+    def _reason(self, index: int, reason: FinishReason) -> str:
+        return tool_calls_reason(reason) if index in self._called else reason.value
+
+
+class ToolStreamFormat(StreamFormat):
+    """A chat stream whose items are text chunks and function call pieces (`ToolCallChunk`):
+    calls go out as OpenAI streams them, `delta.tool_calls[i]` with `id`, `type` and
+    `function.name` first, then `function.arguments` in pieces; the finish reason is
+    `tool_calls` when the answer called functions."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._called = False
+
+    @staticmethod
+    def final_of(item: Chunk | ToolCallChunk) -> Chunk | None:  # type: ignore[override]
+        return item if isinstance(item, Chunk) and item.finish_reason is not None else None
+
+    @staticmethod
+    def text_of(item: Chunk | ToolCallChunk) -> str:  # type: ignore[override]
+        return item.text if isinstance(item, Chunk) else item.arguments
+
+    def item(self, item: Chunk | ToolCallChunk) -> bytes:  # type: ignore[override]
+        if isinstance(item, Chunk):
+            return super().item(item)
+        self._called = True
+        return self._call(item)
+
+    def final(self, chunk: Chunk | ToolCallChunk, final: Chunk, timings: RequestTimings) -> bytes:  # type: ignore[override]
+        extra = {"timings": timings.to_dict()} if self.with_timings else None
+        assert final.finish_reason is not None
+        reason = tool_calls_reason(final.finish_reason) if self._called else final.finish_reason.value
+        if not self.include_usage or final.usage is None:
+            return self.finish(reason, extra)
+        return self.finish(reason) + self.usage(final.usage, extra)
 
 
 def model_list(name: str, created: int) -> dict[str, Any]:

@@ -23,13 +23,69 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str = Field(description="the arguments as a JSON string")
+
+
+class ToolCallItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     # Clients echo assistant messages back with fields llmflow does not use (refusal, annotations...).
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart]
+    content: str | list[TextPart] | None = Field(
+        None, description="may be null in an assistant message with tool_calls"
+    )
     name: str | None = None
+    tool_calls: list[ToolCallItem] | None = Field(None, description="an assistant message's function calls")
+    tool_call_id: str | None = Field(None, description="a tool message: the id of the call it answers")
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema", description="the JSON Schema of the answer")
+    strict: bool | None = Field(None, description="accepted; the answer always follows the schema")
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = Field(None, description="with type json_schema")
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(None, description="a JSON Schema of the arguments")
+    strict: bool | None = Field(None, description="accepted; forced calls always follow the parameters")
+
+
+class ToolDefinition(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: dict[str, str] = Field(description='{"name": ...}')
 
 
 class _GenerationRequest(BaseModel):
@@ -57,6 +113,22 @@ class _GenerationRequest(BaseModel):
         description="llmflow extension: add a `timings` object (queue_ms, ttft_ms, e2e_ms, token counts, "
         "decode_tokens_per_s) to the answer, or to the last chunk of a stream",
     )
+    response_format: ResponseFormat | None = Field(
+        None,
+        description="text, json_object (any JSON object) or json_schema (the answer follows the schema; "
+        "an unsupported schema is a 400 naming what is unsupported)",
+    )
+    regex: str | None = Field(
+        None, description="llmflow extension: the answer matches this regular expression"
+    )
+    choice: list[str] | None = Field(
+        None, description="llmflow extension: the answer is one of these strings"
+    )
+    grammar: str | None = Field(
+        None,
+        description="llmflow extension: the answer follows this grammar (Lark in llguidance's dialect, "
+        "or GBNF)",
+    )
 
 
 class ChatCompletionRequest(_GenerationRequest):
@@ -74,6 +146,15 @@ class ChatCompletionRequest(_GenerationRequest):
         None,
         description="for reasoning models: handed to the chat template as `reasoning_effort`, and as "
         '`enable_thinking` (false for "none"); templates that read neither ignore it',
+    )
+    tools: list[ToolDefinition] | None = Field(None, description="functions the model may call")
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None,
+        description="none, auto (default with tools), required, or a named function; required and "
+        "a named function constrain decoding so that the arguments validate against the parameters",
+    )
+    parallel_tool_calls: bool | None = Field(
+        None, description="allow several calls in one answer (default true)"
     )
 
 
@@ -150,9 +231,10 @@ class Timings(BaseModel):
 
 class AssistantMessage(BaseModel):
     role: Literal["assistant"]
-    content: str
+    content: str | None
     reasoning_content: str | None = Field(None, description="a reasoning model's thinking, when split")
     reasoning: str | None = Field(None, description="the same, under vLLM's name")
+    tool_calls: list[ToolCallItem] | None = Field(None, description="when the model called functions")
 
 
 class ChatChoice(BaseModel):

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import Engine
 from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate
@@ -65,7 +66,11 @@ class ScriptedEngine(Engine):
         return ByteDetokenizer(lambda t: b"" if t == EOS else bytes([t]))
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
         answer = list(self._answer)
         if not params.greedy:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
+from llmflow.constraints.matcher import TokenMatcher
 from llmflow.params import SamplingParams
 from llmflow.types import CancelToken
 from tests.fakes.scripted_engine import ScriptedEngine
@@ -22,9 +23,13 @@ class FailingEngine(ScriptedEngine):
     name: ClassVar[str] = "failing"
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
-        for produced, token in enumerate(super().generate(prompt_ids, params, cancel)):
+        for produced, token in enumerate(super().generate(prompt_ids, params, cancel, constraint)):
             if produced == FAIL_AFTER:
                 raise EngineFailure("the engine fell over")
             yield token

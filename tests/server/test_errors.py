@@ -44,7 +44,7 @@ def _chat(model_name: str, **fields) -> dict:
         ({"stream": True, "stream_options": {"bogus": 1}}, "stream_options.bogus"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
-        ({"messages": [{"role": "user"}]}, "messages.0.content"),
+        ({"messages": [{"role": "user"}]}, "messages[0].content"),  # null only beside tool_calls
         ({"frobnicate": True}, "frobnicate"),
         ({"temperature": "hot"}, "temperature"),
     ],

@@ -247,3 +247,38 @@ def test_a_non_streaming_invocations_client_that_disconnects_cancels_the_predict
     )
     assert generated < 400
     assert http.post("/invocations", json={"prompt": "Hi", "max_tokens": 2}).status_code == 200
+
+
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 16}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
+
+
+def test_llmflow_model_streams_structured_output_and_tool_calls_at_invocations(http):
+    """The same params as `predict_stream`: a JSON Schema, and tools whose calls the final chunk
+    carries (content chunks never hold a call)."""
+    schema = {"enum": ["red", "green", "blue"]}
+    body = {"prompt": "A colour?", "json_schema": json.dumps(schema), "max_tokens": 8, "stream": True}
+    *texts, final = _chunks(http.post("/invocations", json=body))
+    assert "".join(c["content"] for c in texts) in ('"red"', '"green"', '"blue"')
+    assert final["finish_reason"] == "stop"
+
+    body = {"prompt": "Weather in Kobe?", "tools": json.dumps(WEATHER_TOOLS), "tool_choice": "required",
+            "max_tokens": 64, "stream": True}  # fmt: skip
+    *texts, final = _chunks(http.post("/invocations", json=body))
+    assert all(set(c) == {"content"} for c in texts) and "".join(c["content"] for c in texts) == ""
+    assert final["finish_reason"] == "tool_calls", final
+    [call] = final["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert isinstance(json.loads(call["function"]["arguments"])["city"], str)

@@ -9,9 +9,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from llmflow.constraints.matcher import TokenMatcher
+from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine
 from llmflow.engines.hf.options import Placement, TransformersOptions, resolve
-from llmflow.errors import EngineUnavailable, ModelNotFound
+from llmflow.errors import EngineUnavailable, InvalidRequest, ModelNotFound
 from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import Detokenizer
@@ -144,14 +146,30 @@ class TransformersEngine(Engine):
         return OffsetDetokenizer(lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
         limit = min(params.max_tokens, self._n_ctx - len(prompt_ids))
         if limit <= 0:
             return iter(())
         if self._batcher is not None:
+            if constraint is not None:  # transformers' manager samples inside; nothing to mask
+                raise InvalidRequest.single(
+                    "constraint",
+                    "output constraints need the transformers engine without continuous_batching",
+                )
             return self._batcher.generate(prompt_ids, params, limit, cancel)
-        return self._decode(prompt_ids, params, limit, cancel)
+        return self._decode(prompt_ids, params, limit, cancel, constraint)
+
+    def token_vocabulary(self) -> TokenVocabulary | None:
+        """None with continuous batching (transformers' manager samples; nothing to mask) or a
+        slow (Python) tokenizer (no byte-level vocabulary)."""
+        if self._backend is None or self._batcher is not None:
+            return None
+        return _hf_vocabulary(self._backend, self._eos, self._model)
 
     def close(self) -> None:
         if self._batcher is not None:
@@ -166,13 +184,18 @@ class TransformersEngine(Engine):
             torch.cuda.empty_cache()
 
     def _decode(
-        self, prompt_ids: Sequence[int], params: SamplingParams, limit: int, cancel: CancelToken
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        limit: int,
+        cancel: CancelToken,
+        constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
         from llmflow.engines.hf.decode import as_prompt, decode_tokens
         from llmflow.engines.hf.sampling import Sampler
 
         prompt = as_prompt(prompt_ids, self.placement.device)
-        sampler = Sampler(params, prompt[0], limit, self.options.seed)
+        sampler = Sampler(params, prompt[0], limit, self.options.seed, constraint)
         return decode_tokens(
             self._runner,
             sampler,
@@ -220,6 +243,20 @@ class TransformersEngine(Engine):
             sampling=options.batch_sampling,
             page_size=options.batch_page_size,
         )
+
+
+def _hf_vocabulary(backend: Any, eos: frozenset[int], model: Any) -> TokenVocabulary:
+    """From the fast tokenizer's own JSON; the logits' width is the model's output size."""
+    import json
+
+    from llmflow.engines.hf_files import token_vocabulary
+
+    width = int(model.get_output_embeddings().weight.shape[0])
+
+    def encode(text: bytes) -> list[int]:
+        return backend.encode(text.decode("utf-8", errors="replace"), add_special_tokens=False).ids
+
+    return token_vocabulary(json.loads(backend.to_str()), eos, encode, width)
 
 
 def _eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from llmflow.constraints.matcher import TokenMatcher
 from llmflow.params import SamplingParams
 
 
@@ -24,11 +25,14 @@ class Sampler:
         prompt: Any,  # 1-D long tensor on the device
         max_new_tokens: int,
         default_seed: int | None = None,
+        constraint: TokenMatcher | None = None,
     ):
         import torch
 
         self._torch = torch
         self._params = params
+        #: masks the logits before each pick and takes the picked token (a host sync per token)
+        self._constraint = constraint
         device = prompt.device
         self._penalty = params.repetition_penalty
         self._seen = None
@@ -49,7 +53,11 @@ class Sampler:
             seen = self._seen[: self._n_seen]
             scores = logits.gather(0, seen)
             logits.scatter_(0, seen, torch.where(scores < 0, scores * self._penalty, scores / self._penalty))
+        if self._constraint is not None:
+            self._constraint.mask_torch(logits)
         token = logits.argmax().view(1) if self._generator is None else self._sample(logits)
+        if self._constraint is not None:
+            self._constraint.advance(int(token))
         if self._seen is not None and self._n_seen < len(self._seen):
             self._seen[self._n_seen : self._n_seen + 1] = token
             self._n_seen += 1
