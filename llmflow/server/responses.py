@@ -153,7 +153,7 @@ async def answer(
         return EventStream(
             stream_events(generation, fmt), on_close=generation.close, ping_interval_s=interval
         )
-    completion = await collect(generation, request.receive)
+    [completion] = await collect(generation, request.receive)
     return JSONResponse(events.answer(completion.text, completion.finish_reason, completion.usage))
 
 
