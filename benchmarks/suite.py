@@ -99,7 +99,7 @@ SUITE: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "constraints", "benchmarks.bench_constraints",
-        ("--rounds", "5", "--max-tokens", "128"), ("--rounds", "2", "--max-tokens", "48"),
+        ("--rounds", "5", "--max-tokens", "128"), ("--rounds", "3", "--max-tokens", "64"),
         "decode tok/s with a JSON Schema constraint against unconstrained, both llama.cpp engines",
     ),
     Benchmark(

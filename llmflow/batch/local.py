@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -9,11 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from llmflow.batch.columns import InputColumns
 from llmflow.batch.summary import BatchSummary
-from llmflow.mlflow.signature import RESULT, RESULT_STRUCT
+from llmflow.mlflow.signature import JSON_SCHEMA, RESULT, RESULT_STRUCT
 from llmflow.mlflow.struct_result import FINISH_ERROR, RESULT_FIELDS
 
 if TYPE_CHECKING:
     import pandas as pd
+
+#: the column of parsed answers with --json-schema
+VALUE = "value"
 
 
 def run_local(
@@ -44,7 +48,7 @@ def run_local(
         if llm is not None:
             llm.close()
     seconds = time.perf_counter() - start
-    out = with_results(frame, records)
+    out = with_results(frame, records, typed=bool(params.get(JSON_SCHEMA)))
     return out, summarize(out, seconds)
 
 
@@ -56,14 +60,19 @@ def load_pyfunc(model_uri: str, threads: int | None = None) -> Any:
     return resolve(model_uri, threads=threads).pyfunc
 
 
-def with_results(frame: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFrame:
-    """The input's columns (result-named ones replaced) then the result fields."""
+def with_results(frame: pd.DataFrame, records: list[dict[str, Any]], typed: bool = False) -> pd.DataFrame:
+    """The input's columns (result-named ones replaced) then the result fields; `typed` (answers
+    that follow a JSON Schema): a `value` column with each answer parsed (None for error rows)."""
     import pandas as pd
 
     results = pd.DataFrame(records, columns=list(RESULT_FIELDS))
+    if typed:
+        results[VALUE] = [json.loads(r["answer"]) if not r["error"] else None for r in records]
     for name in ("prompt_tokens", "completion_tokens"):
         results[name] = results[name].astype("int64")
-    kept = frame.drop(columns=[c for c in RESULT_FIELDS if c in frame.columns]).reset_index(drop=True)
+    kept = frame.drop(columns=[c for c in (*RESULT_FIELDS, VALUE) if c in frame.columns]).reset_index(
+        drop=True
+    )
     return pd.concat([kept, results], axis=1)
 
 

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from llmflow.batch.columns import InputColumns, input_columns
 from llmflow.batch.files import read_spark, write_spark
+from llmflow.batch.local import VALUE
 from llmflow.batch.summary import BatchSummary
+from llmflow.mlflow.signature import JSON_SCHEMA
 from llmflow.mlflow.struct_result import FINISH_ERROR, RESULT_FIELDS
 from llmflow.spark.udf import answer_udf
 
@@ -41,11 +43,14 @@ def run_spark(
 
     count = partitions or spark.sparkContext.defaultParallelism * PARTITIONS_PER_CORE
     numbered = frame.withColumn(_ROW, F.monotonically_increasing_id()).repartitionByRange(count, _ROW)
-    answer = answer_udf(spark, model_uri, params=params, threads=threads)
+    rest = {k: v for k, v in params.items() if k != JSON_SCHEMA}
+    schema = params.get(JSON_SCHEMA) or None
+    answer = answer_udf(spark, model_uri, params=rest, threads=threads, json_schema=schema)
     named = columns.as_model_input()
     scored = numbered.withColumn(_RESULT, answer(named.get("prompt"), messages=named.get("messages")))
-    kept = [F.col(f"`{c}`") for c in frame.columns if c not in RESULT_FIELDS]
-    fields = [F.col(f"{_RESULT}.{name}").alias(name) for name in RESULT_FIELDS]
+    names = [*RESULT_FIELDS, VALUE] if schema else list(RESULT_FIELDS)
+    kept = [F.col(f"`{c}`") for c in frame.columns if c not in names]
+    fields = [F.col(f"{_RESULT}.{name}").alias(name) for name in names]
     return scored.select(*kept, *fields)
 
 

@@ -51,6 +51,15 @@ def batch(
         str | None, typer.Option(help="the MLflow tracking URI for runs:/ and models:/ URIs")
     ] = None,
     overwrite: Annotated[bool, typer.Option(help="replace OUTPUT if it exists")] = False,
+    json_schema: Annotated[
+        Path | None,
+        typer.Option(
+            "--json-schema",
+            metavar="SCHEMA.json",
+            help="answers follow this JSON Schema; a `value` column holds each parsed answer "
+            "(an answer cut at max_tokens is an error row)",
+        ),
+    ] = None,
 ) -> None:
     """Answer every row of INPUT and write OUTPUT with answer, finish_reason, prompt_tokens,
     completion_tokens and error columns (a bad row gets finish_reason "error", not a failed job)."""
@@ -62,6 +71,8 @@ def batch(
 
             mlflow.set_tracking_uri(tracking_uri)
         model_params = parse_params(params or [])
+        if json_schema is not None:
+            model_params["json_schema"] = read_schema(json_schema)
         check_input(input)
         check_output(output, overwrite=overwrite)
         if spark is None:
@@ -102,6 +113,17 @@ def parse_params(items: list[str]) -> dict[str, Any]:
             parsed[name.strip()] = text
     parse_options(parsed, SamplingParams())
     return parsed
+
+
+def read_schema(path: Path) -> str:
+    """The schema file's JSON text; not a JSON object is a `BatchFileError` naming the file."""
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BatchFileError(f"--json-schema {str(path)!r}: not a readable JSON file: {exc}") from None
+    if not isinstance(schema, dict):
+        raise BatchFileError(f"--json-schema {str(path)!r}: a JSON Schema is a JSON object")
+    return json.dumps(schema)
 
 
 def _run_local(

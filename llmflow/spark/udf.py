@@ -9,14 +9,16 @@ MLflow's own schema check then refuses.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from llmflow.engines.llama_cpp import usable_cores
-from llmflow.mlflow.signature import RESULT, RESULT_STRUCT, RESULT_TEXT
-from llmflow.mlflow.struct_result import SPARK_RESULT_TYPE
+from llmflow.mlflow.signature import JSON_SCHEMA, RESULT, RESULT_STRUCT, RESULT_TEXT
+from llmflow.mlflow.struct_result import RESULT_FIELDS, SPARK_RESULT_TYPE
 from llmflow.mlflow.worker_cache import THREADS_ENV
+from llmflow.spark.schema_types import spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
@@ -33,23 +35,34 @@ def answer_udf(
     threads: int | None = None,
     env_manager: str = "local",
     extra_env: Mapping[str, str] | None = None,
+    json_schema: Mapping[str, Any] | str | None = None,
 ) -> Callable[..., Column]:
     """A function from a `prompt` (or `messages=`) column to the model's answers.
 
     `result="struct"` gives SPARK_RESULT_TYPE (answer, finish_reason, prompt_tokens,
     completion_tokens, error; a bad row is an error value), `result="text"` the answer string
     (a bad row fails the task). `params` are the model's params (sampling, `system_prompt`);
-    `threads` overrides the engine threads per task."""
+    `threads` overrides the engine threads per task. With `json_schema` (struct result only),
+    every answer follows the schema and the struct gains `value`: the answer parsed into the
+    Spark type of the schema (null for an error row; an answer cut at max_tokens is one)."""
     import mlflow
 
     if result not in (RESULT_STRUCT, RESULT_TEXT):
         raise ValueError(f"result must be {RESULT_STRUCT!r} or {RESULT_TEXT!r}, not {result!r}")
+    params = dict(params or {})
+    value_type = None
+    if json_schema is not None:
+        if result != RESULT_STRUCT:
+            raise ValueError("json_schema needs result='struct' (typed columns beside the error value)")
+        schema = json.loads(json_schema) if isinstance(json_schema, str) else dict(json_schema)
+        params[JSON_SCHEMA] = json.dumps(schema)
+        value_type = spark_type(schema)
     env = {THREADS_ENV: str(threads or threads_per_task(spark)), **(extra_env or {})}
     udf = mlflow.pyfunc.spark_udf(
         spark,
         model_uri,
         result_type=SPARK_RESULT_TYPE if result == RESULT_STRUCT else "string",
-        params={**(params or {}), RESULT: result},
+        params={**params, RESULT: result},
         env_manager=env_manager,
         extra_env=env,
     )
@@ -67,7 +80,11 @@ def answer_udf(
         ]
         if not given:
             raise ValueError("give a prompt column, a messages= column, or both")
-        return udf(F.struct(*given))
+        out = udf(F.struct(*given))
+        if value_type is None:
+            return out
+        value = F.when(out["error"] == "", F.from_json(out["answer"], value_type))
+        return F.struct(*[out[name] for name in RESULT_FIELDS], value.alias("value"))
 
     return answer
 

@@ -164,3 +164,37 @@ def test_params_are_json_or_text():
         "stop_sequences": ["a", "b"],
         "system_prompt": "Be brief.",
     }
+
+
+def test_json_schema_gives_a_typed_value_column(prompts, tmp_path):
+    """In process, to jsonl: each answer parsed into `value`; a row cut at max_tokens is an
+    error row, never half-parsed."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "word": {"enum": ["hi", "hello", "hey"]},
+            "n": {"type": "integer", "minimum": 0, "maximum": 9},
+        },
+        "required": ["word", "n"],
+        "additionalProperties": False,
+    }
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(schema))
+    out = tmp_path / "typed.jsonl"
+    command = ["batch", str(default_model_path()), str(prompts), str(out), "--json-schema", str(schema_file),
+               "-p", "max_tokens=24", *ONE_THREAD]  # fmt: skip
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 0, result.output
+    answers = pd.read_json(out, lines=True)
+    assert list(answers.columns)[-1] == "value"
+    for _, row in answers.iterrows():
+        if row["error"]:
+            assert row["value"] is None or pd.isna(row["value"])
+            continue
+        assert row["value"]["word"] in ("hi", "hello", "hey") and 0 <= row["value"]["n"] <= 9
+    cut = tmp_path / "cut.jsonl"
+    command = [*command[:3], str(cut), *command[4:7], "max_tokens=2", *ONE_THREAD]
+    assert CliRunner().invoke(app, command).exit_code == 0
+    cut_rows = pd.read_json(cut, lines=True)
+    assert (cut_rows["finish_reason"] == "error").all()
+    assert cut_rows[cut_rows["id"] != 2]["error"].str.contains("max_tokens").all()

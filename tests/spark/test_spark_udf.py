@@ -155,3 +155,38 @@ def test_messages_as_an_array_of_structs(spark, spark_model, in_process):
         answer = answer_udf(spark, spark_model.uri, result="text")
     [row] = frame.select(answer(messages=F.col("messages")).alias("answer")).collect()
     assert row["answer"] == in_process.predict({"messages": CHAT})[0]
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 10},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
+    },
+    "required": ["name", "age", "tags"],
+    "additionalProperties": False,
+}
+
+
+def test_json_schema_gives_typed_columns_and_cut_rows_as_errors(spark, spark_model):
+    """An extraction job over a table returns a table: `value` typed by the schema; a row whose
+    JSON did not close within max_tokens is an error value, never half-parsed."""
+    from pyspark.sql import types as T
+
+    rows = [{"id": 0, "prompt": "Describe Ann, 31."}, {"id": 1, "prompt": "Describe Bo, 7."}]
+    frame = spark.createDataFrame(rows)
+    with using(spark_model.store):
+        answer = answer_udf(spark, spark_model.uri, json_schema=PERSON, params={"max_tokens": 48})
+        cut = answer_udf(spark, spark_model.uri, json_schema=PERSON, params={"max_tokens": 3})
+    scored = frame.withColumn("r", answer("prompt")).withColumn("c", cut("prompt"))
+    value_type = scored.schema["r"].dataType["value"].dataType
+    assert value_type["age"].dataType == T.LongType()
+    assert value_type["tags"].dataType == T.ArrayType(T.StringType())
+    for row in scored.orderBy("id").collect():
+        if row["r"]["error"] == "":
+            value = row["r"]["value"]
+            assert isinstance(value["name"], str) and 0 <= value["age"] <= 120
+            assert set(value["tags"]) <= {"a", "b"}
+        assert row["c"]["finish_reason"] == FINISH_ERROR and "max_tokens" in row["c"]["error"]
+        assert row["c"]["value"] is None

@@ -1,0 +1,210 @@
+"""What an output constraint costs: decode tokens/s with a JSON Schema against the same prompt
+unconstrained, on `llama_cpp` (one stream) and `llama_cpp_batched` (8 streams at once), beside
+llama.cpp's own GBNF grammar sampler on the same model; and schema compile time, cold and cached.
+
+The schema asks for an array of at least 50 short strings, so a constrained answer runs to
+`max_tokens` like an unconstrained one. Rounds alternate the sides (unconstrained, constrained,
+GBNF in a rotating order); decode tokens/s is counted from the first token to the last.
+
+    python -m benchmarks.bench_constraints --rounds 5 --max-tokens 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import Recording, paired_ratios, spread
+
+from llmflow import LLM
+from llmflow.constraints import Constraint
+from llmflow.constraints.compiler import ConstraintCompiler
+
+PROMPT = "List as many fruits and vegetables as you can, as a JSON array of strings."
+SCHEMA = {"type": "array", "items": {"type": "string", "maxLength": 24}, "minItems": 50}
+COMPILE_SCHEMAS = {
+    "array_of_strings": SCHEMA,
+    "object": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer", "minimum": 0},
+            "email": {"type": "string", "format": "email"},
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}},
+            "address": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+                },
+                "required": ["city"],
+            },
+        },
+        "required": ["name", "age"],
+    },
+}
+STREAMS = 8
+
+
+def decode_rate(llm: LLM, params: dict[str, Any], constraint: Constraint | None) -> tuple[float, int]:
+    """(decode tokens/s from the first token to the last, tokens) of one stream."""
+    first = last = None
+    tokens = 0
+    for chunk in llm.stream(PROMPT, params, constraint=constraint):
+        now = time.perf_counter()
+        if chunk.is_final:
+            tokens = chunk.usage.completion_tokens
+        else:
+            first = first or now
+            last = now
+    return ((tokens - 1) / (last - first) if first and last and last > first else 0.0), tokens
+
+
+def gbnf_rate(llm: LLM, max_tokens: int, grammar: Any) -> tuple[float, int]:
+    """llama-cpp-python's own GBNF sampler on the same model object (the `llama_cpp` engine's)."""
+    llama = llm.engine._llama
+    llama.reset()
+    ids = llm.prepare(PROMPT, {"max_tokens": max_tokens}).prompt_ids
+    first = None
+    tokens = 0
+    for token in llama.generate(ids, temp=0.0, grammar=grammar):
+        tokens += 1
+        first = first or time.perf_counter()
+        if token in llm.engine.eos_token_ids or tokens >= max_tokens:
+            break
+    return ((tokens - 1) / (time.perf_counter() - first) if first else 0.0), tokens
+
+
+def batched_rate(llm: LLM, params: dict[str, Any], constraint: Constraint | None) -> tuple[float, int]:
+    """(output tokens/s of STREAMS concurrent streams, total tokens): all tokens over the wall time."""
+    counts = [0] * STREAMS
+    barrier = threading.Barrier(STREAMS + 1)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        done = llm.generate(PROMPT, {**params, "seed": i}, constraint=constraint)
+        counts[i] = done.usage.completion_tokens
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(STREAMS)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return sum(counts) / (time.perf_counter() - start), sum(counts)
+
+
+def compile_times(llm: LLM, repeats: int) -> dict[str, Any]:
+    vocabulary = llm.engine.token_vocabulary()
+    start = time.perf_counter()
+    compiler = ConstraintCompiler(vocabulary)
+    compiler._lltokenizer()
+    tokenizer_ms = (time.perf_counter() - start) * 1e3
+    out: dict[str, Any] = {"tokenizer_build_ms": tokenizer_ms}
+    for name, schema in COMPILE_SCHEMAS.items():
+        cold, cached = [], []
+        for _ in range(repeats):
+            fresh = ConstraintCompiler(vocabulary)
+            fresh._tokenizer = compiler._lltokenizer()  # the tokenizer is built once per model
+            start = time.perf_counter()
+            fresh.compile(Constraint.json_schema(schema))
+            cold.append((time.perf_counter() - start) * 1e3)
+            start = time.perf_counter()
+            fresh.compile(Constraint.json_schema(schema))
+            cached.append((time.perf_counter() - start) * 1e3)
+        out[name] = {"cold_ms": cold, "cached_ms": cached}
+    return out
+
+
+def measure_single(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    from llama_cpp import LlamaGrammar
+
+    llm = LLM.load(engine="llama_cpp")
+    grammar = LlamaGrammar.from_json_schema(json.dumps(SCHEMA), verbose=False)
+    params = {"max_tokens": args.max_tokens, "temperature": 0.0}
+    constraint = Constraint.json_schema(SCHEMA)
+    sides = {
+        "unconstrained": lambda: decode_rate(llm, params, None),
+        "constrained": lambda: decode_rate(llm, params, constraint),
+        "gbnf": lambda: gbnf_rate(llm, args.max_tokens, grammar),
+    }
+    rates, tokens = _alternate(sides, args.rounds)
+    llm.close()
+    return rates, tokens
+
+
+def measure_batched(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    llm = LLM.load(engine="llama_cpp_batched", engine_options={"n_ctx": 1024, "parallel": STREAMS})
+    params = {"max_tokens": args.max_tokens, "temperature": 0.8}
+    constraint = Constraint.json_schema(SCHEMA)
+    sides = {
+        "unconstrained": lambda: batched_rate(llm, params, None),
+        "constrained": lambda: batched_rate(llm, params, constraint),
+    }
+    rates, tokens = _alternate(sides, args.rounds)
+    llm.close()
+    return rates, tokens
+
+
+def _alternate(sides: dict[str, Any], rounds: int) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    names = list(sides)
+    for name in names:  # warm-up: compiles, thread teams, caches
+        sides[name]()
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    tokens: dict[str, list[int]] = {n: [] for n in names}
+    for i in range(rounds):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            rate, count = sides[name]()
+            rates[name].append(rate)
+            tokens[name].append(count)
+    return rates, tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/constraints.json"))
+    args = parser.parse_args()
+    recording = Recording.begin("constraints")
+    single, single_tokens = measure_single(args)
+    batched, batched_tokens = measure_batched(args)
+    llm = LLM.load(engine="llama_cpp")
+    compiles = compile_times(llm, max(3, args.rounds))
+    llm.close()
+    summary = {
+        "llama_cpp": {name: spread(values) for name, values in single.items()},
+        "llama_cpp_constrained_over_unconstrained": paired_ratios(
+            single["constrained"], single["unconstrained"]
+        ),
+        "llama_cpp_gbnf_over_unconstrained": paired_ratios(single["gbnf"], single["unconstrained"]),
+        "llama_cpp_batched_8": {name: spread(values) for name, values in batched.items()},
+        "llama_cpp_batched_8_constrained_over_unconstrained": paired_ratios(
+            batched["constrained"], batched["unconstrained"]
+        ),
+        "tokenizer_build_ms": compiles["tokenizer_build_ms"],
+        "compile": {
+            name: {"cold_ms": spread(v["cold_ms"]), "cached_ms": spread(v["cached_ms"])}
+            for name, v in compiles.items()
+            if name != "tokenizer_build_ms"
+        },
+    }
+    config = {"model": "SmolLM2-135M-Instruct Q4_1", "rounds": args.rounds, "max_tokens": args.max_tokens,
+              "streams": STREAMS, "schema": SCHEMA, "prompt": PROMPT}  # fmt: skip
+    samples = {"llama_cpp": single, "llama_cpp_tokens": single_tokens, "llama_cpp_batched_8": batched,
+               "llama_cpp_batched_8_tokens": batched_tokens, "compile": compiles}  # fmt: skip
+    recording.write(args.out, config=config, samples=samples, summary=summary)
+    print(json.dumps({k: v for k, v in summary.items() if "over" in k}, indent=1))
+    print(statistics.median(single["constrained"]), statistics.median(single["unconstrained"]))
+
+
+if __name__ == "__main__":
+    main()
