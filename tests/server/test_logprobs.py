@@ -117,7 +117,7 @@ def test_bad_logprobs_are_a_400_naming_the_field(http, model_name):
 def test_the_mlflow_model_returns_logprobs_with_details(embedded_llm):
     model = LlmflowPyfuncModel.from_llm(embedded_llm)
     params = {"details": True, "logprobs": 2, "max_tokens": 4, "temperature": 0.0}
-    [answer] = model.predict(None, {"prompt": ["Hi"]}, params=params)
+    [answer] = model.predict(None, {"prompt": "Hi"}, params=params)
     chunks = list(model.predict_stream(None, {"prompt": "Hi"}, params=params))
 
     assert 1 <= len(answer["logprobs"]) <= 4
