@@ -31,8 +31,9 @@ def within_length(outputs, expectations) -> bool:
 
 @pytest.fixture
 def experiment(mlflow_store):
-    with using(mlflow_store):
-        mlflow.set_experiment(experiment_id=mlflow_store.experiment_id)
+    # as mlflow.set_experiment would, without leaving it chosen for the tests that follow
+    with using(mlflow_store), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_EXPERIMENT_ID", mlflow_store.experiment_id)
         yield mlflow_store
 
 

@@ -38,8 +38,9 @@ def llmflow_serve(default_served) -> Iterator[str]:
 @pytest.fixture
 def experiment(tmp_path) -> Iterator[Store]:
     store = Store.create(tmp_path)
-    with using(store):
-        mlflow.set_experiment(experiment_id=store.experiment_id)
+    # as mlflow.set_experiment would, without leaving it chosen for the tests that follow
+    with using(store), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_EXPERIMENT_ID", store.experiment_id)
         yield store
 
 
