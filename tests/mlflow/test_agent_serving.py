@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,7 +19,7 @@ from openai import OpenAI
 from llmflow.server import load_served
 from tests.mlflow.conftest import AGENT_NAME
 from tests.mlflow.store import using
-from tests.server.conftest import TIMEOUT_S, running, sse_events, wait_until_idle
+from tests.server.conftest import TIMEOUT_S, running, sse_events, wait_healthy, wait_until_idle
 from tests.server.test_responses import check_events
 
 REQUEST = {"input": [{"role": "user", "content": "Say hi."}], "max_output_tokens": 6}
@@ -41,16 +40,7 @@ def agent_server(model_uri: str, tracking_uri: str) -> Iterator[str]:
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_healthy(process, url)
         yield url
     finally:
         process.terminate()

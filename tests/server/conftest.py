@@ -131,3 +131,17 @@ class QueuedRequest:
     def response(self) -> httpx.Response:
         self._thread.join(TIMEOUT_S)
         return self._result["response"]
+
+
+def wait_healthy(process: Any, url: str, timeout_s: float = TIMEOUT_S) -> None:
+    """Wait until a server started as `process` answers `url`/health; fail with its output if it dies."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        try:
+            if httpx.get(f"{url}/health").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline
+        time.sleep(0.2)

@@ -9,12 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import mlflow
 import pytest
 import yaml
@@ -23,7 +21,7 @@ from openai import OpenAI
 
 from tests.extras import need
 from tests.mlflow.store import Store, using
-from tests.server.conftest import TIMEOUT_S, running
+from tests.server.conftest import TIMEOUT_S, running, wait_healthy
 
 HI = [{"role": "user", "content": "Say hi."}]
 
@@ -94,16 +92,7 @@ def gateway(config: Path) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.3)
+        wait_healthy(process, url)
         yield url
     finally:
         os.killpg(process.pid, signal.SIGTERM)

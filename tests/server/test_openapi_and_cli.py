@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -15,7 +14,7 @@ from typer.testing import CliRunner
 from llmflow.cli import app as cli
 from llmflow.cli.serve import parse_engine_options
 from llmflow.errors import InvalidParams
-from tests.server.conftest import TIMEOUT_S
+from tests.server.conftest import TIMEOUT_S, wait_healthy
 
 
 def test_openapi_lists_every_route_with_its_bodies_and_errors(http):
@@ -135,16 +134,7 @@ def test_llmflow_serve_runs_a_server_with_the_key_from_the_environment(tmp_path)
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_healthy(process, url)
         assert httpx.get(f"{url}/v1/models").status_code == 401
         body = {"model": "smol", "prompt": "Hi", "max_tokens": 2}
         answer = httpx.post(
