@@ -38,8 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from compare import free_port_pair, median_round  # noqa: E402
-from serve_process import started  # noqa: E402
+from serve_process import free_port, started  # noqa: E402
 
 from llmflow.bench import BenchOptions, run_bench  # noqa: E402
 from llmflow.bench.driver import parse_list  # noqa: E402
@@ -120,17 +119,19 @@ def batched_bench(args: argparse.Namespace, model: Path, unified: bool) -> dict[
 # -- the two servers -------------------------------------------------------------------------
 
 
-def server_commands(args: argparse.Namespace, model: Path, port: int) -> dict[str, list[str]]:
+def server_commands(args: argparse.Namespace, model: Path, ports: dict[str, int]) -> dict[str, list[str]]:
     parallel = max(args.concurrency)
     options = [f"parallel={parallel}", f"n_ctx={args.n_ctx}", *args.engine_option]
     return {
         "llmflow": [
             sys.executable, "-m", "llmflow", "serve", str(model), "--engine", "llama_cpp_batched",
-            "--host", "127.0.0.1", "--port", str(port), "--max-queue", "4096", "--log-level", "warning",
+            "--host", "127.0.0.1", "--port", str(ports["llmflow"]), "--max-queue", "4096",
+            "--log-level", "warning",
             *[part for option in options for part in ("--engine-option", option)],
         ],
         "llama-server": [
-            str(args.bin / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port + 1),
+            str(args.bin / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
+            "--port", str(ports["llama-server"]),
             "-ngl", "99", "-fa", "on", "-c", str(parallel * args.n_ctx), "--parallel", str(parallel),
             "-b", "2048", "-ub", "512", "--no-webui",
         ],
@@ -157,15 +158,15 @@ def bench_level(args: argparse.Namespace, url: str, concurrency: int) -> dict[st
 
 def serve_and_bench(run: Run, label: str, model: Path) -> dict[str, Any]:
     args = run.args
-    port = free_port_pair()
-    commands = server_commands(args, model, port)
+    ports = {"llmflow": free_port(), "llama-server": free_port()}
+    commands = server_commands(args, model, ports)
     names = list(commands)
     rounds: dict[str, dict[int, list[dict[str, Any]]]] = {n: {c: [] for c in args.concurrency} for n in names}
     with ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         urls = {
-            name: stack.enter_context(started(name, commands[name], port + i, logs, timeout_s=300))
-            for i, name in enumerate(names)
+            name: stack.enter_context(started(name, commands[name], ports[name], logs, timeout_s=300))
+            for name in names
         }
         run.log(f"{label}: both servers up")
         for r in range(args.rounds):
@@ -185,6 +186,13 @@ def serve_and_bench(run: Run, label: str, model: Path) -> dict[str, Any]:
         "commands": {name: _portable(command) for name, command in commands.items()},
         "servers": {name: _server_rows(rounds[name]) for name in names},
     }
+
+
+def median_round(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose output throughput is the median (the lower middle one of an even count), so
+    every number of a row comes from one real run."""
+    ordered = sorted(documents, key=lambda d: d["levels"][0]["summary"]["output_throughput"] or 0.0)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def _server_rows(by_level: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
