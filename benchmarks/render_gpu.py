@@ -163,7 +163,13 @@ def exllamav2_gpu(files: list[Result]) -> str:
 # -- the parts of the documents these write -----------------------------------------------------
 #: generated part -> (result files, renderer of their contents)
 GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
-    "gpu-llama-cpp": (("llama_cpp_gpu_h200_run1.json",), lambda files: llama_cpp_gpu(files[0])),
+    "gpu-llama-cpp": (
+        ("llama_cpp_gpu_h200_run2.json", "llama_cpp_gpu_h200_run3.json"),
+        lambda files: "\n".join(
+            f"**Run {i} of {len(files)}.** " + llama_cpp_gpu(d) for i, d in enumerate(files, start=1)
+        ),
+    ),
+    "gpu-llama-cpp-run1": (("llama_cpp_gpu_h200_run1.json",), lambda files: llama_cpp_gpu(files[0])),
     "gpu-transformers": (
         ("transformers_gpu.json", "transformers_gpu_batch_page64.json", "transformers_gpu_batch_page32.json"),
         transformers_gpu,
@@ -180,4 +186,5 @@ def gpu_section(name: str, results: Path) -> str:
     commits = {d["commit"][:10] for d in files if "commit" in d}
     origin = f"Result {sources}" + (f", written by {commands}" if commands else "")
     origin += f" at commit `{', '.join(sorted(commits))}`" if commits else ""
-    return render(files) + "\n" + origin + " on the GPU machine (one run of the machine).\n"
+    runs = "one run of the machine" if len(files) == 1 else f"{len(files)} runs, one machine"
+    return render(files) + "\n" + origin + f" on the GPU machine ({runs}).\n"

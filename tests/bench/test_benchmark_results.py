@@ -99,9 +99,12 @@ def test_every_generated_part_has_a_renderer_and_the_documents_are_up_to_date():
 def test_gpu_tables_come_from_the_files_the_gpu_scripts_wrote():
     """The GPU parts name their result files and their commands, and show the failures as failures."""
     llama = render.section("gpu-llama-cpp", RESULTS)
-    assert "benchmarks/results/llama_cpp_gpu_h200_run1.json" in llama
-    assert "benchmarks/gpu/bench_llama_cpp_gpu.py" in llama
-    assert "requests completed" in llama and "missed" in llama and "met" in llama
+    for run in ("run2", "run3"):
+        assert f"benchmarks/results/llama_cpp_gpu_h200_{run}.json" in llama
+    assert "benchmarks/gpu/bench_llama_cpp_gpu.py" in llama and "**Run 2 of 2.**" in llama
+    assert "missed" in llama and "met" in llama
+    first = render.section("gpu-llama-cpp-run1", RESULTS)
+    assert "llama_cpp_gpu_h200_run1.json" in first and "requests completed" in first
     assert "bench_transformers_gpu.py" in render.section("gpu-transformers", RESULTS)
     exllama = render.section("gpu-exllamav2", RESULTS)
     assert "exllamav2_gpu_8b_r11.json" in exllama and "exllamav2_gpu.json`" not in exllama

@@ -207,7 +207,22 @@ def test_concurrent_callers_are_served_one_after_another(llm):
         t.start()
     for t in threads:
         t.join(timeout=120)
-    assert results == [expected] * 3
+    if decodes_batch_invariant(llm.engine):
+        assert results == [expected] * 3
+    else:
+        assert len(results) == 3 and all(results), results
+
+
+def decodes_batch_invariant(engine) -> bool:
+    """Whether a greedy answer decoded beside others equals the same answer decoded alone.
+    llama.cpp's CPU kernels give each row the same numbers at any batch width; its CUDA kernels sum
+    in another order for a batch than for one row (seen on an H200: the first token of one of three
+    answers differed), so there only the batching engine's answers may differ."""
+    if getattr(engine, "name", None) != "llama_cpp_batched":
+        return True
+    import llama_cpp
+
+    return not llama_cpp.llama_supports_gpu_offload()
 
 
 def test_chat_messages_and_system_prompt(llm):
