@@ -46,7 +46,10 @@ strip_source() {
 }
 
 build() {
-    local src=$1 prefix=$2
+    # absolute: pip's build-dir setting is read relative to the source tree, not to here
+    local src prefix
+    src=$(realpath "$1")
+    prefix=$(realpath -m "$2")
     mkdir -p "$prefix/bin"
     local started=$SECONDS
     CMAKE_ARGS="${CMAKE_FLAGS[*]}" CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-$(nproc)}" \
