@@ -10,8 +10,8 @@
 #
 # SRC: the stripped llama-cpp-python sdist (build_llama_cpp.sh strip); TOKENIZER: the JSON of
 # make_gguf.py tokenizer. Expects PYTHONPATH to hold this checkout and any carried wheels.
-# WORK belongs outside the checkout (e.g. /tmp/w): a tool that copies the checkout to the GPU
-# machine before each command may remove what it does not know inside it.
+# WORK is best outside the checkout (e.g. /tmp/w), so that cleaning or copying the checkout
+# again between stages leaves the build and the models in place.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
