@@ -99,8 +99,7 @@ def test_sampling_params_from_custom_inputs_and_request_fields(agent):
         "top_p": 0.9,
         "custom_inputs": {"top_k": 2, "stop": ["\n"]},
     }
-    _, prepared = python_model.prepare(request)
-    params = prepared.params
+    params = python_model.prepare(request).request.params
     assert (params.temperature, params.top_p, params.top_k, params.stop) == (0.5, 0.9, 2, ("\n",))
     assert params.max_tokens == 12  # the logged default
 
