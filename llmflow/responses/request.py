@@ -8,7 +8,8 @@ The same rules read OpenAI's `POST /v1/responses` body and an MLflow `ResponsesA
 - `max_output_tokens`, `temperature`, `top_p`; any other llmflow sampling param by its name in
   `params` (an ResponsesAgent's `custom_inputs`, llmflow extensions on the HTTP route).
 - llmflow keeps no responses: `previous_response_id` and `store: true` are refused.
-- Function calling: `tools` (the Responses API's flat function tools), `tool_choice`,
+- Function calling: `tools` (the Responses API's flat function tools; also in `params` as
+  `tools`, for a ResponsesAgent loaded as a pyfunc model), `tool_choice`,
   `parallel_tool_calls`; `function_call` items become an assistant message's calls and
   `function_call_output` items tool messages, as chat completions have them, so `llmflow.tools`
   plans them as it plans a chat request's.
@@ -88,14 +89,30 @@ def read_request(
         if not isinstance(instructions, str):
             raise InvalidRequest.single("instructions", "must be a string")
         messages.insert(0, Message("system", instructions))
-    values, fields = _sampling(body, params or {}, params_field)
-    tools = parse_tools(body["tools"], flat=True) if body.get("tools") else ()
+    params, raw_tools, tools_field = _tools_of(body, params or {}, params_field)
+    values, fields = _sampling(body, params, params_field)
+    tools = parse_tools(raw_tools, tools_field, flat=True) if raw_tools else ()
     choice = parse_tool_choice(body.get("tool_choice"), tools, flat=True)
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise InvalidRequest.single("parallel_tool_calls", "must be true or false")
     output = read_text_format(body.get("text"))
     return ResponsesInput(messages, values, fields, tools, choice, parallel is not False, output)
+
+
+def _tools_of(
+    body: Mapping[str, Any], params: Mapping[str, Any], params_field: str
+) -> tuple[Mapping[str, Any], Any, str]:
+    """The request's `tools`, or `tools` among its params (a ResponsesAgent's `custom_inputs`:
+    MLflow's pyfunc signature lets a function tool through with nothing but its `type`, so a
+    loaded model's `predict` takes them there); the params without them."""
+    if not isinstance(params, Mapping) or "tools" not in params:
+        return params, body.get("tools"), "tools"
+    field = f"{params_field}.tools" if params_field else "tools"
+    if body.get("tools"):
+        raise InvalidRequest.single(field, "give the tools once: in the request's tools or here")
+    rest = {name: value for name, value in params.items() if name != "tools"}
+    return rest, params["tools"], field
 
 
 def read_text_format(text: Any) -> Constraint | None:

@@ -121,9 +121,9 @@ def test_sampling_params_from_custom_inputs_and_request_fields(agent):
         (
             {
                 "input": [{"role": "user", "content": "Hi"}],
-                "tools": [{"type": "function", "name": "f", "parameters": {"if": {}}}],
+                "custom_inputs": {"tools": [{"type": "function", "name": "f", "parameters": {"if": {}}}]},
             },
-            "tools[0].parameters",
+            "custom_inputs.tools[0].parameters",
         ),
         (
             {"input": [{"type": "function_call_output", "call_id": "", "output": "1"}]},
@@ -192,7 +192,14 @@ def _calls_validate(items: list[dict], status: str) -> list[dict]:
 
 
 def test_predict_stream_with_tools_yields_function_call_items_mlflow_validates(agent):
-    request = {"input": ASK, "tools": [WEATHER_TOOL], "tool_choice": "required", "max_output_tokens": 160}
+    # the loaded pyfunc model checks requests against MLflow's standard signature, which lets a
+    # function tool through with only its `type`: tools go in custom_inputs there
+    request = {
+        "input": ASK,
+        "custom_inputs": {"tools": [WEATHER_TOOL]},
+        "tool_choice": "required",
+        "max_output_tokens": 160,
+    }
     events = list(agent.predict_stream(request))
     for event in events:
         ResponsesAgentStreamEvent(**event)  # MLflow's own validation (output_item.done checks the item)
@@ -215,9 +222,10 @@ def test_predict_stream_with_tools_yields_function_call_items_mlflow_validates(a
 
 
 def test_predict_with_a_named_tool_then_its_output(agent):
+    python_model = agent.get_raw_model()  # the ResponsesAgent itself: tools in the request's own field
     named = {"type": "function", "name": "get_weather"}
     request = {"input": ASK, "tools": [WEATHER_TOOL], "tool_choice": named, "max_output_tokens": 160}
-    first = agent.predict(request)
+    first = python_model.predict(request).model_dump(exclude_none=True)
     ResponsesAgentResponse(**first)
     (call,) = _calls_validate(first["output"], first["status"])  # a named function: one call
     conversation = [
@@ -225,8 +233,8 @@ def test_predict_with_a_named_tool_then_its_output(agent):
         call,
         {"type": "function_call_output", "call_id": call["call_id"], "output": '{"forecast": "sunny"}'},
     ]
-    second = agent.predict({"input": conversation, "tools": [WEATHER_TOOL], "max_output_tokens": 24,
-                            "tool_choice": "none"})  # fmt: skip
+    second = agent.predict({"input": conversation, "custom_inputs": {"tools": [WEATHER_TOOL]},
+                            "max_output_tokens": 24, "tool_choice": "none"})  # fmt: skip
     ResponsesAgentResponse(**second)
     (message,) = second["output"]
     assert message["type"] == "message" and message["content"][0]["text"]

@@ -195,3 +195,13 @@ def test_the_tool_plan_and_the_one_constraint():
         {"input": "Hi", "tools": [TOOL], "tool_choice": "none", "text": {"format": {"type": "json_object"}}}
     )
     assert unused.constraint(unused.plan(RawPrompt())) == Constraint.json_object()
+
+
+def test_tools_may_come_in_the_params_of_a_responses_agent():
+    read = read_request({"input": "Hi"}, {"tools": [TOOL], "top_k": 2}, "custom_inputs")
+    assert [t.field for t in read.tools] == ["custom_inputs.tools[0].parameters"] and read.params == {
+        "top_k": 2
+    }
+    with pytest.raises(InvalidRequest) as twice:
+        read_request({"input": "Hi", "tools": [TOOL]}, {"tools": [TOOL]}, "custom_inputs")
+    assert twice.value.param == "custom_inputs.tools"
