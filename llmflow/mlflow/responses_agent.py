@@ -10,9 +10,11 @@ same builder `llmflow serve` uses for `/v1/responses`, `/responses` and this mod
 `/invocations`, so the wire format is one.
 
 Sampling: `max_output_tokens`, `temperature`, `top_p` from the request; any llmflow sampling
-param (`top_k`, `stop`, `seed`, ...) from `custom_inputs`. Tool calls are not produced yet (see
-`llmflow.responses.request`). MLflow traces each call itself (an AGENT span), as it does for
-every ResponsesAgent.
+param (`top_k`, `stop`, `seed`, ...) from `custom_inputs`. Function calling and structured output
+from the request's own fields, which MLflow's `ResponsesAgentRequest` carries: `tools` (flat
+function tools), `tool_choice`, `parallel_tool_calls`, `function_call` / `function_call_output`
+input items, `text.format`; calls come out as `function_call` output items. MLflow traces each
+call itself (an AGENT span), as it does for every ResponsesAgent.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from mlflow.types.responses import ResponsesAgentRequest, ResponsesAgentResponse
 
 from llmflow.llm import collect
 from llmflow.mlflow.model import as_mlflow_error, llm_from_context
-from llmflow.responses.events import ResponseEvents
 from llmflow.responses.request import read_request
+from llmflow.responses.turn import PreparedResponse, prepare_response
+from llmflow.types import Chunk
 
 if TYPE_CHECKING:
-    from llmflow.llm import LLM, PreparedRequest
+    from llmflow.llm import LLM
 
 CUSTOM_INPUTS = "custom_inputs"
 #: what the logged model shows as its example (short, so MLflow's check at logging time is quick)
@@ -57,35 +60,33 @@ class LlmflowResponsesAgent(ResponsesAgent):
         self.llm, _ = llm_from_context(context)
 
     def predict(self, request: ResponsesAgentRequest) -> ResponsesAgentResponse:
-        events, prepared = self.prepare(request)
-        completion = collect(self._loaded().stream_prepared(prepared))
-        answer = events.answer(completion.text, completion.finish_reason, completion.usage)
-        return ResponsesAgentResponse(**answer)
+        prepared = self.prepare(request)
+        completion = collect(self._loaded().stream_prepared(prepared.request))
+        return ResponsesAgentResponse(**prepared.answer(completion))
 
     def predict_stream(
         self, request: ResponsesAgentRequest
     ) -> Generator[ResponsesAgentStreamEvent, None, None]:
-        events, prepared = self.prepare(request)
+        prepared = self.prepare(request)
+        events = prepared.events
         for event in events.opening():
             yield ResponsesAgentStreamEvent(**event)
-        for chunk in self._loaded().stream_prepared(prepared):
-            if chunk.is_final:
-                for event in events.closing(chunk):
-                    yield ResponsesAgentStreamEvent(**event)
-            else:
-                yield ResponsesAgentStreamEvent(**events.delta(chunk.text))
+        for item in prepared.pieces(self._loaded().stream_prepared(prepared.request)):
+            final = isinstance(item, Chunk) and item.is_final
+            for event in events.closing(item) if final else events.events_of(item):  # type: ignore[arg-type]
+                yield ResponsesAgentStreamEvent(**event)
 
     def prepare(
         self, request: ResponsesAgentRequest | Mapping[str, Any], model: str | None = None
-    ) -> tuple[ResponseEvents, PreparedRequest]:
-        """Check a request and tokenize it, before any token; the event builder of its answer
-        (named `model`, else the LLM's name). The server starts its streams here too."""
+    ) -> PreparedResponse:
+        """Check a request, plan its tools, compile its constraint and tokenize it, before any
+        token; with the event builder of its answer (named `model`, else the LLM's name). The
+        server starts its streams here too."""
         llm = self._loaded()
         body = request_dict(request)
         with as_mlflow_error():
             read = read_request(body, body.get(CUSTOM_INPUTS), CUSTOM_INPUTS)
-            prepared = llm.prepare(read.messages, read.sampling(llm.default_params))
-        return ResponseEvents(model or llm.model_name, body), prepared
+            return prepare_response(llm, read, model or llm.model_name, body)
 
     def _loaded(self) -> LLM:
         if self.llm is None:

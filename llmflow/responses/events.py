@@ -8,10 +8,13 @@ their events are the same. A stream is the sequence OpenAI sends:
     response.content_part.added, response.output_text.delta ..., response.output_text.done,
     response.content_part.done, response.output_item.done, response.completed
 
-The answer is one assistant `message` item. A stream that ended at `max_output_tokens` (finish
-reason `length`) ends with `response.incomplete` and `incomplete_details.reason =
-"max_output_tokens"`, as OpenAI's does. Tool calls (`function_call` items) are not produced
-here yet: an answer with them would add items after the message item (`output_index` 1...).
+A text answer is one assistant `message` item. An answer that may call functions (`calls=True`)
+opens its items as they come: a `message` item at its first text, then one `function_call` item
+per call, streamed as OpenAI streams them (`response.output_item.added` with the item,
+`response.function_call_arguments.delta` ..., `response.function_call_arguments.done`,
+`response.output_item.done`). A stream that ended at `max_output_tokens` (finish reason
+`length`) ends with `response.incomplete` and `incomplete_details.reason = "max_output_tokens"`,
+as OpenAI's does. A whole answer is built by the same steps, so it equals the stream's last event.
 """
 
 from __future__ import annotations
@@ -19,13 +22,24 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from llmflow.tools import ToolCallChunk
 from llmflow.types import Chunk, FinishReason, Usage
 
-#: the request fields a response object echoes back
-ECHOED = ("instructions", "max_output_tokens", "temperature", "top_p")
+#: the request fields a response object echoes back, and what it says when a request has none
+ECHOED: dict[str, Any] = {
+    "instructions": None,
+    "max_output_tokens": None,
+    "temperature": None,
+    "top_p": None,
+    "tools": [],
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+    "text": {"format": {"type": "text"}},
+}
 
 
 def new_id(prefix: str) -> str:
@@ -52,22 +66,67 @@ def status_of(reason: FinishReason) -> tuple[str, dict[str, str] | None]:
     return "incomplete", None
 
 
+@dataclass
+class _Call:
+    """A `function_call` output item as it streams."""
+
+    output_index: int
+    call_id: str
+    name: str
+    item_id: str = field(default_factory=lambda: new_id("fc"))
+    arguments: list[str] = field(default_factory=list)
+
+    def item(self, done: bool) -> dict[str, Any]:
+        arguments = "".join(self.arguments)
+        return {
+            "id": self.item_id,
+            "type": "function_call",
+            "status": _call_status(arguments) if done else "in_progress",
+            "arguments": arguments if done else "",
+            "call_id": self.call_id,
+            "name": self.name,
+        }
+
+
+def _call_status(arguments: str) -> str:
+    """A call cut before its arguments closed (at `max_output_tokens`) is incomplete."""
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return "incomplete"
+    return "completed"
+
+
 class ResponseEvents:
     """The events (dicts) and the whole response object of one answer. Stateful: it numbers the
-    events (`sequence_number`) and keeps the text for the closing events."""
+    events (`sequence_number`), keeps each output item's text for the closing events, and knows
+    which item is open. `calls`: the answer may hold function calls (its pieces are text and
+    `ToolCallChunk`s), so its message item opens only if text comes."""
 
-    def __init__(self, model: str, echo: Mapping[str, Any] | None = None):
+    def __init__(self, model: str, echo: Mapping[str, Any] | None = None, *, calls: bool = False):
         self.response_id = new_id("resp")
         self.item_id = new_id("msg")
         self.created_at = int(time.time())
         self.model = model
-        self.echo = {name: (echo or {}).get(name) for name in ECHOED}
+        given = echo or {}
+        self.echo = {name: given.get(name, default) for name, default in ECHOED.items()}
+        self.calls = calls
         self._sequence = 0
         self._parts: list[str] = []
+        #: output items in order: "message" (this answer's one message item) or a call
+        self._items: list[str | _Call] = []
+        self._calls: dict[int, _Call] = {}
+        self._open: str | _Call | None = None
+        self._message_status = "completed"
+        self._delta_head: dict[str, Any] = {}
+        self._delta_prefix = ""
+        self._point_deltas(0)
+
+    def _point_deltas(self, output_index: int) -> None:
         self._delta_head = {
             "type": "response.output_text.delta",
             "item_id": self.item_id,
-            "output_index": 0,
+            "output_index": output_index,
             "content_index": 0,
             "logprobs": [],
         }
@@ -75,16 +134,21 @@ class ResponseEvents:
 
     # -- a stream ----------------------------------------------------------------------------------
     def opening(self) -> list[dict[str, Any]]:
-        """Everything before the first text delta."""
-        return [
+        """Everything before the first piece of the answer: with `calls`, the response only;
+        else also the message item, whose text deltas follow."""
+        events = [
             self._event("response.created", response=self.response("in_progress")),
             self._event("response.in_progress", response=self.response("in_progress")),
-            self._event("response.output_item.added", output_index=0, item=self._message("in_progress", [])),
-            self._event("response.content_part.added", **self._part_position(), part=self._text_part("")),
         ]
+        return events if self.calls else events + self._open_message()
+
+    @property
+    def in_text(self) -> bool:
+        """The message item is open: text goes out as plain deltas (`delta`, `delta_json`)."""
+        return self._open == "message"
 
     def delta(self, text: str) -> dict[str, Any]:
-        """A text delta event (the per-token path in process)."""
+        """A text delta event (the per-token path in process), the message item being open."""
         return {**self._delta_head, "sequence_number": self._next_delta(text), "delta": text}
 
     def delta_json(self, text: str) -> str:
@@ -98,31 +162,130 @@ class ResponseEvents:
         self._sequence += 1
         return self._sequence - 1
 
+    def events_of(self, item: Chunk | ToolCallChunk) -> list[dict[str, Any]]:
+        """The events of a stream's item that is not its final chunk: a chunk's text, or a
+        piece of a call."""
+        if isinstance(item, ToolCallChunk):
+            return self.piece(item)
+        if self.in_text:
+            return [self.delta(item.text)]
+        return self.piece(item.text) if item.text else []
+
+    def piece(self, piece: str | ToolCallChunk) -> list[dict[str, Any]]:
+        """The events of one piece of an answer with `calls`: text (the message item opens at
+        the first), or a piece of a call (its item opens at its first piece, closing the item
+        before it)."""
+        if isinstance(piece, str):
+            if self.in_text:
+                return [self.delta(piece)]
+            if "message" in self._items:  # (the splitter never writes text after a call)
+                return []
+            return [*self._close_open(), *self._open_message(), self.delta(piece)]
+        call = self._calls.get(piece.index)
+        events: list[dict[str, Any]] = []
+        if call is None:
+            events = self._close_open() + self._open_call(piece)
+            call = self._calls[piece.index]
+        if piece.arguments:
+            call.arguments.append(piece.arguments)
+            events.append(
+                self._event("response.function_call_arguments.delta", **self._at(call), delta=piece.arguments)
+            )
+        return events
+
     def closing(self, final: Chunk) -> list[dict[str, Any]]:
-        """Everything after the last text delta, ending with `response.completed` (or
-        `response.incomplete`) that carries the whole response and its usage."""
+        """Everything after the answer's last piece: the open item's closing events, then
+        `response.completed` (or `response.incomplete`) that carries the whole response and
+        its usage. An answer with `calls` that wrote nothing still has its (empty) message."""
         assert final.finish_reason is not None and final.usage is not None
-        text = "".join(self._parts)
         status, _ = status_of(final.finish_reason)
-        item = self._message(status, [self._text_part(text)])
-        response = self.response(status, final.finish_reason, final.usage, [item])
+        events = self._open_message() if not self._items else []
+        events += self._close_open(status)
+        response = self.response(status, final.finish_reason, final.usage, self._output())
         closing_type = "response.completed" if status == "completed" else "response.incomplete"
-        return [
-            self._event("response.output_text.done", **self._part_position(), text=text, logprobs=[]),
-            self._event("response.content_part.done", **self._part_position(), part=self._text_part(text)),
-            self._event("response.output_item.done", output_index=0, item=item),
-            self._event(closing_type, response=response),
-        ]
+        return [*events, self._event(closing_type, response=response)]
 
     def error(self, message: str, code: str | None, param: str | None = None) -> dict[str, Any]:
         """An error after streaming began (the stream ends after it)."""
         return self._event("error", code=code, message=message, param=param)
 
+    # -- output items -------------------------------------------------------------------------------
+    def _open_message(self) -> list[dict[str, Any]]:
+        self._point_deltas(len(self._items))
+        self._items.append("message")
+        self._open = "message"
+        return [
+            self._event(
+                "response.output_item.added",
+                output_index=self._delta_head["output_index"],
+                item=self._message("in_progress", []),
+            ),
+            self._event("response.content_part.added", **self._part_position(), part=self._text_part("")),
+        ]
+
+    def _open_call(self, piece: ToolCallChunk) -> list[dict[str, Any]]:
+        call = _Call(len(self._items), piece.id or new_id("call"), piece.name or "")
+        self._items.append(call)
+        self._calls[piece.index] = call
+        self._open = call
+        return [
+            self._event("response.output_item.added", output_index=call.output_index, item=call.item(False))
+        ]
+
+    def _close_open(self, status: str = "completed") -> list[dict[str, Any]]:
+        """The closing events of the open item (none if none is open)."""
+        item, self._open = self._open, None
+        if item is None:
+            return []
+        if isinstance(item, _Call):
+            done = item.item(True)
+            return [
+                self._event(
+                    "response.function_call_arguments.done",
+                    **self._at(item),
+                    name=item.name,
+                    arguments=done["arguments"],
+                ),
+                self._event("response.output_item.done", output_index=item.output_index, item=done),
+            ]
+        text = "".join(self._parts)
+        self._message_status = status
+        return [
+            self._event("response.output_text.done", **self._part_position(), text=text, logprobs=[]),
+            self._event("response.content_part.done", **self._part_position(), part=self._text_part(text)),
+            self._event(
+                "response.output_item.done",
+                output_index=self._delta_head["output_index"],
+                item=self._message(status, [self._text_part(text)]),
+            ),
+        ]
+
+    def _output(self) -> list[dict[str, Any]]:
+        text = "".join(self._parts)
+        return [
+            item.item(True)
+            if isinstance(item, _Call)
+            else self._message(self._message_status, [self._text_part(text)])
+            for item in self._items
+        ]
+
+    @staticmethod
+    def _at(call: _Call) -> dict[str, Any]:
+        return {"item_id": call.item_id, "output_index": call.output_index}
+
     # -- objects ----------------------------------------------------------------------------------
-    def answer(self, text: str, reason: FinishReason, usage: Usage) -> dict[str, Any]:
-        """The whole response object of an answer that was not streamed."""
-        status, _ = status_of(reason)
-        return self.response(status, reason, usage, [self._message(status, [self._text_part(text)])])
+    def answer(
+        self, pieces: str | Iterable[str | ToolCallChunk], reason: FinishReason, usage: Usage
+    ) -> dict[str, Any]:
+        """The whole response object of an answer that was not streamed: its text, or (with
+        `calls`) its pieces, through the same steps as a stream."""
+        self.opening()
+        for piece in [pieces] if isinstance(pieces, str) else pieces:
+            if self.calls:
+                self.piece(piece)
+            else:
+                self.delta(piece)  # type: ignore[arg-type]
+        return self.closing(Chunk("", reason, usage))[-1]["response"]
 
     def response(
         self,
@@ -141,12 +304,8 @@ class ResponseEvents:
             "incomplete_details": incomplete,
             "model": self.model,
             "output": output or [],
-            "parallel_tool_calls": False,
             "previous_response_id": None,
             "store": False,
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "auto",
-            "tools": [],
             "truncation": "disabled",
             "usage": usage_of(usage) if usage is not None else None,
             "metadata": {},
@@ -167,7 +326,7 @@ class ResponseEvents:
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
     def _part_position(self) -> dict[str, Any]:
-        return {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        return {"item_id": self.item_id, "output_index": self._delta_head["output_index"], "content_index": 0}
 
     def _event(self, type_: str, **fields: Any) -> dict[str, Any]:
         event = {"type": type_, "sequence_number": self._sequence, **fields}

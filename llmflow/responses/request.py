@@ -8,9 +8,13 @@ The same rules read OpenAI's `POST /v1/responses` body and an MLflow `ResponsesA
 - `max_output_tokens`, `temperature`, `top_p`; any other llmflow sampling param by its name in
   `params` (an ResponsesAgent's `custom_inputs`, llmflow extensions on the HTTP route).
 - llmflow keeps no responses: `previous_response_id` and `store: true` are refused.
-- Tool calling is not built yet: `tools`, a `tool_choice` that asks for a tool, and
-  `function_call` / `function_call_output` items are refused. They join here (`ITEM_READERS`,
-  `_refuse_unsupported`) when it is.
+- Function calling: `tools` (the Responses API's flat function tools; also in `params` as
+  `tools`, for a ResponsesAgent loaded as a pyfunc model), `tool_choice`,
+  `parallel_tool_calls`; `function_call` items become an assistant message's calls and
+  `function_call_output` items tool messages, as chat completions have them, so `llmflow.tools`
+  plans them as it plans a chat request's.
+- `text.format`: `json_schema` and `json_object` constrain the answer, as chat's
+  `response_format` does.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmflow.constraints import Constraint
 from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest
 from llmflow.params import PARAM_NAMES, SamplingParams
-from llmflow.types import Message
+from llmflow.prompts import PromptFormat
+from llmflow.tools import Tool, ToolChoice, ToolPlan, parse_tool_choice, parse_tools, plan_tools
+from llmflow.types import Message, ToolCall
 
 #: message roles of the Responses API, as llmflow's chat roles
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -29,17 +36,38 @@ ROLES = {"user": "user", "assistant": "assistant", "system": "system", "develope
 TEXT_PARTS = ("input_text", "output_text", "text")
 #: Responses fields that map onto llmflow's sampling params
 SAMPLING_FIELDS = {"max_output_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p"}
-_NO_TOOLS = "tool calling is not supported by this server yet"
+NO_TOOLS = ToolChoice("none")
 
 
 @dataclass(frozen=True, slots=True)
 class ResponsesInput:
-    """A Responses request read: the conversation, and sampling params by llmflow's names."""
+    """A Responses request read: the conversation, sampling params by llmflow's names, the
+    functions the model may call and the constraint `text.format` puts on a text answer."""
 
     messages: list[Message]
     params: dict[str, Any] = field(default_factory=dict)
     #: llmflow param name -> the request field it came from (for error messages)
     fields: dict[str, str] = field(default_factory=dict)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = NO_TOOLS
+    parallel_tool_calls: bool = True
+    #: `text.format` as a constraint (None: plain text)
+    output: Constraint | None = None
+
+    def plan(self, prompt_format: PromptFormat) -> ToolPlan:
+        """What the tools do to this request (as for a chat request): the messages the
+        template sees, the tools it renders, the constraint on calls, the format calls are read in."""
+        return plan_tools(
+            prompt_format, self.messages, self.tools, self.tool_choice, self.parallel_tool_calls
+        )
+
+    def constraint(self, plan: ToolPlan) -> Constraint | None:
+        """The answer's one constraint: `text.format`'s, or the tool plan's."""
+        if self.output is not None and plan.constraint is not None:
+            raise InvalidRequest.single(
+                "text.format", "cannot be combined with tools unless tool_choice is none"
+            )
+        return self.output or plan.constraint
 
     def sampling(self, defaults: SamplingParams) -> SamplingParams:
         """`defaults` with this request's params on top; a bad value is named by its request field."""
@@ -61,8 +89,51 @@ def read_request(
         if not isinstance(instructions, str):
             raise InvalidRequest.single("instructions", "must be a string")
         messages.insert(0, Message("system", instructions))
-    values, fields = _sampling(body, params or {}, params_field)
-    return ResponsesInput(messages, values, fields)
+    params, raw_tools, tools_field = _tools_of(body, params or {}, params_field)
+    values, fields = _sampling(body, params, params_field)
+    tools = parse_tools(raw_tools, tools_field, flat=True) if raw_tools else ()
+    choice = parse_tool_choice(body.get("tool_choice"), tools, flat=True)
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise InvalidRequest.single("parallel_tool_calls", "must be true or false")
+    output = read_text_format(body.get("text"))
+    return ResponsesInput(messages, values, fields, tools, choice, parallel is not False, output)
+
+
+def _tools_of(
+    body: Mapping[str, Any], params: Mapping[str, Any], params_field: str
+) -> tuple[Mapping[str, Any], Any, str]:
+    """The request's `tools`, or `tools` among its params (a ResponsesAgent's `custom_inputs`:
+    MLflow's pyfunc signature lets a function tool through with nothing but its `type`, so a
+    loaded model's `predict` takes them there); the params without them."""
+    if not isinstance(params, Mapping) or "tools" not in params:
+        return params, body.get("tools"), "tools"
+    field = f"{params_field}.tools" if params_field else "tools"
+    if body.get("tools"):
+        raise InvalidRequest.single(field, "give the tools once: in the request's tools or here")
+    rest = {name: value for name, value in params.items() if name != "tools"}
+    return rest, params["tools"], field
+
+
+def read_text_format(text: Any) -> Constraint | None:
+    """`text.format`: `text` (or absent), `json_object`, or `json_schema` with its `schema`."""
+    if text is None:
+        return None
+    if not isinstance(text, Mapping):
+        raise InvalidRequest.single("text", "must be an object ({format: ...})")
+    fmt = text.get("format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Constraint.json_object("text.format")
+    if kind != "json_schema":
+        raise InvalidRequest.single("text.format.type", "must be text, json_object or json_schema")
+    if fmt.get("schema") is None:
+        raise InvalidRequest.single("text.format.schema", "json_schema needs a schema")
+    return Constraint.json_schema(fmt["schema"], "text.format.schema")
 
 
 def read_input(value: Any) -> list[Message]:
@@ -72,7 +143,7 @@ def read_input(value: Any) -> list[Message]:
         return [Message("user", value)]
     if not isinstance(value, Sequence) or isinstance(value, bytes) or not value:
         raise InvalidRequest.single("input", "must be a string or a non-empty list of input items")
-    messages = []
+    messages: list[Message] = []
     for index, item in enumerate(value):
         where = f"input[{index}]"
         if not isinstance(item, Mapping):
@@ -80,9 +151,23 @@ def read_input(value: Any) -> list[Message]:
         kind = item.get("type") or "message"
         reader = ITEM_READERS.get(kind)
         if reader is None:
-            raise InvalidRequest.single(f"{where}.type", _unknown_item(kind))
-        messages.append(reader(item, where))
+            raise InvalidRequest.single(
+                f"{where}.type",
+                f"unknown input item type {kind!r}; give messages ({{role, content}}), "
+                "function_call or function_call_output items",
+            )
+        _append(messages, reader(item, where))
     return messages
+
+
+def _append(messages: list[Message], message: Message) -> None:
+    """Calls that follow an assistant message (or other calls) join it: one assistant turn, as a
+    chat conversation has it, whatever the number of its `function_call` items."""
+    last = messages[-1] if messages else None
+    if message.tool_calls and not message.content and last is not None and last.role == "assistant":
+        messages[-1] = Message("assistant", last.content, last.tool_calls + message.tool_calls)
+    else:
+        messages.append(message)
 
 
 def _message(item: Mapping[str, Any], where: str) -> Message:
@@ -108,14 +193,32 @@ def _text(content: Any, where: str) -> str:
     return "".join(texts)
 
 
-#: input item type -> reader. Tool calling adds `function_call` and `function_call_output` here.
-ITEM_READERS: dict[str, Callable[[Mapping[str, Any], str], Message]] = {"message": _message}
+def _function_call(item: Mapping[str, Any], where: str) -> Message:
+    """A call the model made earlier: an assistant message with that call."""
+    problems = [
+        FieldProblem(f"{where}.{name}", "must be a string")
+        for name in ("call_id", "name", "arguments")
+        if not isinstance(item.get(name), str)
+    ]
+    if problems:
+        raise InvalidRequest(problems)
+    return Message("assistant", "", (ToolCall(item["call_id"], item["name"], item["arguments"]),))
 
 
-def _unknown_item(kind: Any) -> str:
-    if kind in ("function_call", "function_call_output"):
-        return f"{kind} items need tool calling: {_NO_TOOLS}"
-    return f"unknown input item type {kind!r}; give messages ({{role, content}})"
+def _function_call_output(item: Mapping[str, Any], where: str) -> Message:
+    """A call's result: a tool message answering `call_id`."""
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise InvalidRequest.single(f"{where}.call_id", "must be the call_id of the call it answers")
+    return Message("tool", _text(item.get("output"), f"{where}.output"), tool_call_id=call_id)
+
+
+#: input item type -> reader
+ITEM_READERS: dict[str, Callable[[Mapping[str, Any], str], Message]] = {
+    "message": _message,
+    "function_call": _function_call,
+    "function_call_output": _function_call_output,
+}
 
 
 def _refuse_unsupported(body: Mapping[str, Any]) -> None:
@@ -136,13 +239,6 @@ def _refuse_unsupported(body: Mapping[str, Any]) -> None:
         problems.append(FieldProblem("top_logprobs", "logprobs are not supported"))
     if body.get("background"):
         problems.append(FieldProblem("background", "background responses are not supported"))
-    if body.get("tools"):
-        problems.append(FieldProblem("tools", _NO_TOOLS))
-    if body.get("tool_choice") not in (None, "none", "auto"):
-        problems.append(FieldProblem("tool_choice", _NO_TOOLS))
-    text_format = (body.get("text") or {}).get("format") if isinstance(body.get("text"), Mapping) else None
-    if isinstance(text_format, Mapping) and text_format.get("type") not in (None, "text"):
-        problems.append(FieldProblem("text.format", "only plain text output is supported"))
     if problems:
         raise InvalidRequest(problems)
 

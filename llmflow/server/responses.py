@@ -19,13 +19,13 @@ from fastapi.responses import JSONResponse, Response
 from mlflow.exceptions import MlflowException
 
 from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
-from llmflow.llm import LLM, PreparedRequest
+from llmflow.llm import LLM
 from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT
-from llmflow.responses.events import ResponseEvents
 from llmflow.responses.request import read_request
+from llmflow.responses.turn import PreparedResponse, prepare_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
-from llmflow.server.openai import llm_for, prepare
+from llmflow.server.openai import llm_for
 from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.responses_format import ResponsesFormat
 from llmflow.server.running import start_generation
@@ -56,10 +56,14 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     fields = body.model_dump(exclude_none=True)
     extensions = {name: fields.pop(name) for name in _EXTENSIONS if name in fields}
     read = read_request(fields, extensions, params_field="")
-    prepared = await prepare(llm, read.messages, read.sampling(llm.default_params), raw=False)
-    events = ResponseEvents(state.served.name, fields)
+    try:
+        prepared = await asyncio.to_thread(prepare_response, llm, read, state.served.name, fields)
+    except UnicodeEncodeError:
+        raise InvalidRequest.single(
+            "input", "holds text that is not valid Unicode (a lone surrogate)"
+        ) from None
     inputs = body.model_dump(exclude_unset=True)
-    return await answer(state, request, llm, prepared, events, timings, stream=body.stream, inputs=inputs)
+    return await answer(state, request, llm, prepared, timings, stream=body.stream, inputs=inputs)
 
 
 _AGENT_REQUEST = {
@@ -119,13 +123,13 @@ async def answer_agent(
         raise UnsupportedEndpoint(f"{state.served.name!r} is not an llmflow model: it has no Responses route")
     payload.pop("model", None)  # as MLflow's AgentServer: the server serves one model
     try:
-        events, prepared = await asyncio.to_thread(agent.prepare, payload, state.served.name)
+        prepared = await asyncio.to_thread(agent.prepare, payload, state.served.name)
     except Exception as exc:
         if on_error is not None:
             return on_error(exc)
         raise _llmflow_error(exc) from None
     return await answer(
-        state, request, agent.llm, prepared, events, timings, stream=stream, inputs=payload, ping=ping
+        state, request, agent.llm, prepared, timings, stream=stream, inputs=payload, ping=ping
     )
 
 
@@ -133,28 +137,30 @@ async def answer(
     state: ServerState,
     request: Request,
     llm: LLM,
-    prepared: PreparedRequest,
-    events: ResponseEvents,
+    prepared: PreparedResponse,
     timings: RequestTimings,
     *,
     stream: bool,
     inputs: dict[str, Any],
     ping: bool = True,
 ) -> Response:
-    """Generate and write the answer in the Responses format, streamed or whole."""
+    """Generate and write the answer in the Responses format, streamed (text and call pieces
+    as they come) or whole."""
     cancel = CancelToken()
     observed = observe(state, timings, RESPONSES_SPAN, lambda: inputs, span_type=SPAN_TYPE_CHAT)
-    fmt = ResponsesFormat(events)
-    generation = await start_generation(
-        state, lambda: llm.stream_prepared(prepared, cancel), observed, fmt.final_of, cancel, request.receive
-    )
+    fmt = ResponsesFormat(prepared.events)
+    if stream:
+        source = lambda: prepared.pieces(llm.stream_prepared(prepared.request, cancel))  # noqa: E731
+    else:
+        source = lambda: llm.stream_prepared(prepared.request, cancel)  # noqa: E731
+    generation = await start_generation(state, source, observed, fmt.final_of, cancel, request.receive)
     if stream:
         interval = PING_INTERVAL_S if ping else None
         return EventStream(
             stream_events(generation, fmt), on_close=generation.close, ping_interval_s=interval
         )
     [completion] = await collect(generation, request.receive)
-    return JSONResponse(events.answer(completion.text, completion.finish_reason, completion.usage))
+    return JSONResponse(prepared.answer(completion))
 
 
 def _llmflow_error(exc: Exception) -> Exception:

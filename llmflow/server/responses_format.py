@@ -1,7 +1,9 @@
 """The Responses API's wire format (`ResponsesFormat`, a `WireFormat` of llmflow chunks): the
 events of `llmflow.responses.events` as SSE, `data: <event json>` each, then `data: [DONE]` (as
 MLflow's AgentServer ends its streams; OpenAI's clients stop there too). The same format answers
-`POST /v1/responses`, `/responses` and a ResponsesAgent model's `/invocations`."""
+`POST /v1/responses`, `/responses` and a ResponsesAgent model's `/invocations`. Its items are
+llmflow's chunks, and, for an answer that may call functions, the `ToolCallChunk`s of
+`llmflow.tools.tool_stream` too."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from llmflow.responses.events import ResponseEvents
 from llmflow.server.error_answers import internal_error_body
 from llmflow.server.event_stream import event
 from llmflow.server.pipeline import ChunkFormat
+from llmflow.tools import ToolCallChunk
 from llmflow.types import Chunk
 
 
@@ -20,7 +23,8 @@ def _events(items: list[dict]) -> bytes:
 
 
 class ResponsesFormat(ChunkFormat):
-    """Opening events, a text delta per chunk, the closing events with usage."""
+    """Opening events, a text delta per chunk (or a call's events per call piece), the closing
+    events with usage."""
 
     def __init__(self, events: ResponseEvents):
         self.events = events
@@ -28,11 +32,21 @@ class ResponsesFormat(ChunkFormat):
     def opening(self) -> bytes:
         return _events(self.events.opening())
 
-    def item(self, chunk: Chunk) -> bytes:
-        """The per-token path."""
-        return b"data: " + self.events.delta_json(chunk.text).encode() + b"\n\n"
+    @staticmethod
+    def text_of(item: Chunk | ToolCallChunk) -> str:  # type: ignore[override]
+        return item.text if isinstance(item, Chunk) else item.arguments
 
-    def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
+    @staticmethod
+    def final_of(item: Chunk | ToolCallChunk) -> Chunk | None:  # type: ignore[override]
+        return item if isinstance(item, Chunk) and item.finish_reason is not None else None
+
+    def item(self, item: Chunk | ToolCallChunk) -> bytes:  # type: ignore[override]
+        """The per-token path: a text delta straight to JSON while the message item is open."""
+        if isinstance(item, Chunk) and self.events.in_text:
+            return b"data: " + self.events.delta_json(item.text).encode() + b"\n\n"
+        return _events(self.events.events_of(item))
+
+    def final(self, chunk: Chunk | ToolCallChunk, final: Chunk, timings: RequestTimings) -> bytes:  # type: ignore[override]
         return _events(self.events.closing(final))
 
     def error(self, error: Exception) -> bytes:

@@ -191,15 +191,22 @@ class ResponsesRequest(BaseModel):
     seed: int | None = Field(None, description="llmflow extension")
     store: bool | None = Field(None, description="false or absent: this server keeps no responses")
     previous_response_id: str | None = Field(None, description="refused: this server keeps no responses")
-    tools: list[dict[str, Any]] | None = Field(None, description="not supported yet; empty or absent")
-    tool_choice: str | dict[str, Any] | None = Field(None, description="none or auto")
-    text: dict[str, Any] | None = Field(None, description="only the text format")
+    tools: list[dict[str, Any]] | None = Field(
+        None,
+        description='function tools: {"type": "function", "name", "description", "parameters", "strict"}',
+    )
+    tool_choice: str | dict[str, Any] | None = Field(
+        None, description='none, auto, required, or {"type": "function", "name": ...}'
+    )
+    text: dict[str, Any] | None = Field(
+        None, description='{"format": ...}: text, json_object, or json_schema ({"name", "schema", "strict"})'
+    )
     background: bool | None = Field(None, description="false or absent")
     conversation: str | dict[str, Any] | None = Field(None, description="refused: no stored conversations")
     prompt: dict[str, Any] | None = Field(None, description="refused: no stored prompts")
     include: list[str] | None = Field(None, description="accepted and ignored")
     metadata: dict[str, str] | None = Field(None, description="accepted and ignored")
-    parallel_tool_calls: bool | None = Field(None, description="accepted and ignored")
+    parallel_tool_calls: bool | None = Field(None, description="false: at most one call (default true)")
     reasoning: dict[str, Any] | None = Field(None, description="accepted and ignored")
     truncation: Literal["auto", "disabled"] | None = Field(None, description="accepted and ignored")
     user: str | None = Field(None, description="accepted and ignored")

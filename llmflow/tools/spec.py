@@ -45,9 +45,11 @@ class ToolChoice:
     name: str | None = None
 
 
-def parse_tools(raw: Any, field: str = "tools") -> tuple[Tool, ...]:
+def parse_tools(raw: Any, field: str = "tools", *, flat: bool = False) -> tuple[Tool, ...]:
     """OpenAI's `tools` list (also as its JSON text): [{type: "function", function: {name,
-    description?, parameters?}}]."""
+    description?, parameters?, strict?}}] as chat completions have it, or, `flat`, the Responses
+    API's [{type: "function", name, description?, parameters?, strict?}]. `strict` is accepted
+    either way: a call whose arguments llmflow constrains always validates."""
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
@@ -58,7 +60,7 @@ def parse_tools(raw: Any, field: str = "tools") -> tuple[Tool, ...]:
     if len(raw) > MAX_TOOLS:
         raise InvalidRequest.single(field, f"at most {MAX_TOOLS} tools are allowed")
     problems: list[FieldProblem] = []
-    tools = [tool for i, item in enumerate(raw) if (tool := _tool(item, f"{field}[{i}]", problems))]
+    tools = [tool for i, item in enumerate(raw) if (tool := _tool(item, f"{field}[{i}]", problems, flat))]
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         problems.append(FieldProblem(field, "function names must be unique"))
@@ -67,31 +69,37 @@ def parse_tools(raw: Any, field: str = "tools") -> tuple[Tool, ...]:
     return tuple(tools)
 
 
-def _tool(item: Any, where: str, problems: list[FieldProblem]) -> Tool | None:
-    if not isinstance(item, Mapping) or item.get("type", "function") != "function":
+def _tool(item: Any, where: str, problems: list[FieldProblem], flat: bool) -> Tool | None:
+    if not isinstance(item, Mapping) or item.get("type", None if flat else "function") != "function":
         problems.append(FieldProblem(f"{where}.type", "only function tools are supported"))
         return None
-    function = item.get("function")
+    function, where = (item, where) if flat else (item.get("function"), f"{where}.function")
     if not isinstance(function, Mapping):
-        problems.append(FieldProblem(f"{where}.function", "must be an object with a name"))
+        problems.append(FieldProblem(where, "must be an object with a name"))
         return None
     name = function.get("name")
     if not isinstance(name, str) or not NAME.match(name):
-        problems.append(FieldProblem(f"{where}.function.name", "must be 1-64 letters, digits, _ or -"))
+        problems.append(FieldProblem(f"{where}.name", "must be 1-64 letters, digits, _ or -"))
         return None
     description = function.get("description") or ""
-    parameters = function.get("parameters", EMPTY_PARAMETERS)
+    parameters = function.get("parameters")
+    parameters = EMPTY_PARAMETERS if parameters is None else parameters
     if not isinstance(description, str):
-        problems.append(FieldProblem(f"{where}.function.description", "must be a string"))
+        problems.append(FieldProblem(f"{where}.description", "must be a string"))
+    if function.get("strict") is not None and not isinstance(function.get("strict"), bool):
+        problems.append(FieldProblem(f"{where}.strict", "must be true or false"))
     if not isinstance(parameters, Mapping):
-        problems.append(FieldProblem(f"{where}.function.parameters", "must be a JSON Schema object"))
+        problems.append(FieldProblem(f"{where}.parameters", "must be a JSON Schema object"))
         return None
-    return Tool(name, description, parameters, f"{where}.function.parameters")
+    return Tool(name, description, parameters, f"{where}.parameters")
 
 
-def parse_tool_choice(raw: Any, tools: Sequence[Tool], field: str = "tool_choice") -> ToolChoice:
-    """`none`, `auto`, `required`, or {type: "function", function: {name}} (also as JSON text);
-    absent: `auto` with tools, `none` without."""
+def parse_tool_choice(
+    raw: Any, tools: Sequence[Tool], field: str = "tool_choice", *, flat: bool = False
+) -> ToolChoice:
+    """`none`, `auto`, `required`, or a named function (also as JSON text): {type: "function",
+    function: {name}} as chat completions name it, or, `flat`, the Responses API's {type:
+    "function", name}; absent: `auto` with tools, `none` without."""
     if raw is None:
         return ToolChoice("auto" if tools else "none")
     if isinstance(raw, str) and raw.lstrip().startswith("{"):
@@ -105,12 +113,17 @@ def parse_tool_choice(raw: Any, tools: Sequence[Tool], field: str = "tool_choice
         if raw != "none" and not tools:
             raise InvalidRequest.single(field, f"{raw!r} needs tools")
         return ToolChoice(raw)  # type: ignore[arg-type]
-    function = raw.get("function") if isinstance(raw, Mapping) else None
-    name = function.get("name") if isinstance(function, Mapping) else None
-    if not isinstance(name, str):
-        raise InvalidRequest.single(
-            field, 'a named choice is {"type": "function", "function": {"name": ...}}'
+    holder, where = (raw, field) if flat else (_get(raw, "function"), f"{field}.function")
+    name = _get(holder, "name")
+    if not isinstance(name, str) or _get(raw, "type") not in (None, "function"):
+        shape = (
+            '{"type": "function", "name": ...}' if flat else '{"type": "function", "function": {"name": ...}}'
         )
+        raise InvalidRequest.single(field, f"a named choice is {shape}")
     if name not in {t.name for t in tools}:
-        raise InvalidRequest.single(f"{field}.function.name", f"{name!r} is not one of the tools")
+        raise InvalidRequest.single(f"{where}.name", f"{name!r} is not one of the tools")
     return ToolChoice("function", name)
+
+
+def _get(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, Mapping) else None

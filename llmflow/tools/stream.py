@@ -124,6 +124,13 @@ def tool_stream(chunks: Iterator[Chunk], fmt: ToolCallFormat) -> Iterator[Chunk 
             return
 
 
+def answer_pieces(text: str, fmt: ToolCallFormat) -> list[str | ToolCallChunk]:
+    """A whole answer as the pieces `tool_stream` would give for it (the Responses API writes
+    every call it opened, a call cut at max_tokens included)."""
+    splitter = AnswerSplitter(fmt)
+    return [*splitter.feed(text), *splitter.finish()]
+
+
 def split_answer(text: str, fmt: ToolCallFormat) -> tuple[str, list[ToolCall]]:
     """(text, calls) of a whole answer. An answer that opened a call but closed none (cut at
     max_tokens) is returned as text."""

@@ -137,3 +137,47 @@ def test_llmflow_serve_batches_agent_streams_and_a_leaving_client_frees_its_sequ
             response.close()
         wait_until_idle(http)
         assert engine.stats().free_sequences == free
+
+
+CALL_REQUEST = {
+    "input": [{"role": "user", "content": "Weather in Osaka?"}],
+    "tools": [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 20}},
+                "required": ["city"],
+            },
+        }
+    ],
+    "tool_choice": {"type": "function", "name": "get_weather"},
+    "max_output_tokens": 120,
+}
+
+
+def _check_calls(url: str) -> list[dict]:
+    """Stream a forced call from /invocations and /responses; the whole answer through the
+    openai client."""
+    for path in ("/invocations", "/responses"):
+        events = _http_events(url, path, CALL_REQUEST)
+        assert events[2]["type"] == "response.output_item.added"
+        assert events[2]["item"]["type"] == "function_call"
+        (item,) = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+        deltas = [e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"]
+        assert item["name"] == "get_weather" and "".join(deltas) == item["arguments"]
+        if item["status"] == "completed":
+            assert isinstance(json.loads(item["arguments"])["city"], str)
+    client = OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=TIMEOUT_S)
+    whole = client.responses.create(model=AGENT_NAME, **CALL_REQUEST)
+    assert [item.type for item in whole.output] == ["function_call"]
+    return events
+
+
+def test_both_servers_stream_an_agents_function_calls(logged_agent, mlflow_store, served_agent):
+    with agent_server(logged_agent.model_uri, mlflow_store.uri) as url:
+        theirs = _check_calls(url)
+    with running(served_agent) as server:
+        ours = _check_calls(server.url)
+    assert _shape(ours) == _shape(theirs)

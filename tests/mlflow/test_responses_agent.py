@@ -3,8 +3,10 @@ signature, input example and output validation; predict and predict_stream with 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import jsonschema
 import mlflow
 import pytest
 import yaml
@@ -99,8 +101,7 @@ def test_sampling_params_from_custom_inputs_and_request_fields(agent):
         "top_p": 0.9,
         "custom_inputs": {"top_k": 2, "stop": ["\n"]},
     }
-    _, prepared = python_model.prepare(request)
-    params = prepared.params
+    params = python_model.prepare(request).request.params
     assert (params.temperature, params.top_p, params.top_k, params.stop) == (0.5, 0.9, 2, ("\n",))
     assert params.max_tokens == 12  # the logged default
 
@@ -118,8 +119,15 @@ def test_sampling_params_from_custom_inputs_and_request_fields(agent):
             "custom_inputs.bogus",
         ),
         (
-            {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]},
-            "input[0].type",
+            {
+                "input": [{"role": "user", "content": "Hi"}],
+                "custom_inputs": {"tools": [{"type": "function", "name": "f", "parameters": {"if": {}}}]},
+            },
+            "custom_inputs.tools[0].parameters",
+        ),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "", "output": "1"}]},
+            "input[0].call_id",
         ),
     ],
 )
@@ -159,3 +167,84 @@ def test_llmflow_log_interface_responses(mlflow_store):
         find_llm(loaded).close()
     bad = CliRunner().invoke(app, ["log", "--interface", "telepathy", "--tracking-uri", mlflow_store.uri])
     assert bad.exit_code == 2 and "interface" in bad.stderr
+
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 20}, "days": {"type": "integer", "minimum": 1}},
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Forecast", "parameters": WEATHER}
+ASK = [{"role": "user", "content": "Weather in Osaka for 3 days?"}]
+
+
+def _calls_validate(items: list[dict], status: str) -> list[dict]:
+    calls = [item for item in items if item["type"] == "function_call"]
+    assert calls and len(calls) == len(items), items
+    for call in calls:
+        assert call["name"] == "get_weather" and call["call_id"].startswith("call_")
+        if call["status"] == "completed":
+            jsonschema.validate(json.loads(call["arguments"]), WEATHER)
+        else:  # cut by max_output_tokens
+            assert status == "incomplete" and call is calls[-1]
+    return calls
+
+
+def test_predict_stream_with_tools_yields_function_call_items_mlflow_validates(agent):
+    # the loaded pyfunc model checks requests against MLflow's standard signature, which lets a
+    # function tool through with only its `type`: tools go in custom_inputs there
+    request = {
+        "input": ASK,
+        "custom_inputs": {"tools": [WEATHER_TOOL]},
+        "tool_choice": "required",
+        "max_output_tokens": 160,
+    }
+    events = list(agent.predict_stream(request))
+    for event in events:
+        ResponsesAgentStreamEvent(**event)  # MLflow's own validation (output_item.done checks the item)
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    response = events[-1]["response"]
+    calls = _calls_validate(done, response["status"])
+    assert response["output"] == done
+    for call in calls:
+        deltas = [
+            e["delta"]
+            for e in events
+            if e["type"] == "response.function_call_arguments.delta" and e["item_id"] == call["id"]
+        ]
+        assert "".join(deltas) == call["arguments"]
+    assert {e["type"] for e in events} >= {
+        "response.output_item.added",
+        "response.function_call_arguments.done",
+    }
+    assert "response.output_text.delta" not in {e["type"] for e in events}
+
+
+def test_predict_with_a_named_tool_then_its_output(agent):
+    python_model = agent.get_raw_model()  # the ResponsesAgent itself: tools in the request's own field
+    named = {"type": "function", "name": "get_weather"}
+    request = {"input": ASK, "tools": [WEATHER_TOOL], "tool_choice": named, "max_output_tokens": 160}
+    first = python_model.predict(request).model_dump(exclude_none=True)
+    ResponsesAgentResponse(**first)
+    (call,) = _calls_validate(first["output"], first["status"])  # a named function: one call
+    conversation = [
+        *ASK,
+        call,
+        {"type": "function_call_output", "call_id": call["call_id"], "output": '{"forecast": "sunny"}'},
+    ]
+    second = agent.predict({"input": conversation, "custom_inputs": {"tools": [WEATHER_TOOL]},
+                            "max_output_tokens": 24, "tool_choice": "none"})  # fmt: skip
+    ResponsesAgentResponse(**second)
+    (message,) = second["output"]
+    assert message["type"] == "message" and message["content"][0]["text"]
+
+
+def test_predict_with_a_json_schema_text_format(agent):
+    fmt = {"type": "json_schema", "name": "forecast", "schema": WEATHER, "strict": True}
+    answer = agent.predict({"input": ASK, "text": {"format": fmt}, "max_output_tokens": 64})
+    text = answer["output"][0]["content"][0]["text"]
+    if answer["status"] == "completed":
+        jsonschema.validate(json.loads(text), WEATHER)
+    else:
+        assert text.startswith("{")

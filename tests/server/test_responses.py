@@ -87,7 +87,7 @@ def test_the_raw_stream_is_data_lines_ending_with_done(http, model_name):
     [
         ({"previous_response_id": "resp_123"}, "previous_response_id"),
         ({"store": True}, "store"),
-        ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"max_output_tokens": 0}, "max_output_tokens"),
         ({"temperature": -1}, "temperature"),
         (

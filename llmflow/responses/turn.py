@@ -1,0 +1,49 @@
+"""One Responses request against an LLM: prepared before any token (its tools planned as a chat
+request's are, its constraint compiled, its prompt tokenized), then its answer written by one
+`ResponseEvents`, streamed or whole. The server's routes and the ResponsesAgent model both
+answer through it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llmflow.llm import LLM, PreparedRequest
+from llmflow.responses.events import ResponseEvents
+from llmflow.responses.request import ResponsesInput
+from llmflow.tools import ToolCallChunk, ToolCallFormat, answer_pieces, tool_stream
+from llmflow.types import Chunk, Completion
+
+
+@dataclass(frozen=True)
+class PreparedResponse:
+    """A request ready to generate, the event builder of its answer, and the format the
+    answer's calls are read in (None: the model may call no function; its answer is text)."""
+
+    request: PreparedRequest
+    events: ResponseEvents
+    calls: ToolCallFormat | None = None
+
+    def pieces(self, chunks: Iterator[Chunk]) -> Iterator[Chunk | ToolCallChunk]:
+        """The answer's chunks, split into text and call pieces when it may hold calls."""
+        return chunks if self.calls is None else tool_stream(chunks, self.calls)
+
+    def answer(self, completion: Completion) -> dict[str, Any]:
+        """The whole response object of a completion."""
+        pieces = completion.text if self.calls is None else answer_pieces(completion.text, self.calls)
+        return self.events.answer(pieces, completion.finish_reason, completion.usage)
+
+
+def prepare_response(
+    llm: LLM, read: ResponsesInput, model: str, echo: Mapping[str, Any] | None = None
+) -> PreparedResponse:
+    """Plan the tools, compile the constraint and tokenize: every refusal (a tool's schema, the
+    prompt's length) before any token. `echo`: the request fields the response repeats."""
+    plan = read.plan(llm.prompt_format)
+    constraint = read.constraint(plan)
+    plan.check(llm.compile)
+    params = read.sampling(llm.default_params)
+    request = llm.prepare(plan.messages, params, constraint=constraint, tools=plan.template_tools)
+    calls = plan.format if plan.active else None
+    return PreparedResponse(request, ResponseEvents(model, echo, calls=calls is not None), calls)
