@@ -98,10 +98,13 @@ class LlmflowResponsesAgent(ResponsesAgent):
 
 
 def request_dict(request: ResponsesAgentRequest | Mapping[str, Any]) -> dict[str, Any]:
-    """A request as a plain dict, validated as a `ResponsesAgentRequest` (MLflow's own model)."""
+    """A request as a plain dict, validated as a `ResponsesAgentRequest` (MLflow's own model).
+    MLflow's model has no `instructions` and drops them without a word; a dict keeps them."""
+    kept = {}
     if isinstance(request, Mapping):
+        kept = {"instructions": request["instructions"]} if "instructions" in request else {}
         try:
             request = ResponsesAgentRequest(**request)
         except (ValueError, TypeError) as exc:
             raise MlflowException.invalid_parameter_value(f"invalid ResponsesAgent request: {exc}") from None
-    return request.model_dump(exclude_none=True)
+    return request.model_dump(exclude_none=True) | kept

@@ -4,7 +4,7 @@ The same rules read OpenAI's `POST /v1/responses` body and an MLflow `ResponsesA
 (as a dict), so both accept and refuse the same things, naming the field at fault:
 
 - `input`: a string (one user message) or a list of items; `instructions` become the system
-  message in front.
+  message in front (also in `params`, for a ResponsesAgent: MLflow's request model drops them).
 - `max_output_tokens`, `temperature`, `top_p`; any other llmflow sampling param by its name in
   `params` (an ResponsesAgent's `custom_inputs`, llmflow extensions on the HTTP route).
 - llmflow keeps no responses: `previous_response_id` and `store: true` are refused.
@@ -84,12 +84,14 @@ def read_request(
     """Read `body`; `params` are extra llmflow sampling params (named as `params_field`.<name>)."""
     _refuse_unsupported(body)
     messages = read_input(body.get("input"))
-    instructions = body.get("instructions")
+    params, instructions, instructions_field = _field_or_param(
+        body, params or {}, params_field, "instructions"
+    )
     if instructions is not None:
         if not isinstance(instructions, str):
-            raise InvalidRequest.single("instructions", "must be a string")
+            raise InvalidRequest.single(instructions_field, "must be a string")
         messages.insert(0, Message("system", instructions))
-    params, raw_tools, tools_field = _tools_of(body, params or {}, params_field)
+    params, raw_tools, tools_field = _field_or_param(body, params, params_field, "tools")
     values, fields = _sampling(body, params, params_field)
     tools = parse_tools(raw_tools, tools_field, flat=True) if raw_tools else ()
     choice = parse_tool_choice(body.get("tool_choice"), tools, flat=True)
@@ -100,19 +102,20 @@ def read_request(
     return ResponsesInput(messages, values, fields, tools, choice, parallel is not False, output)
 
 
-def _tools_of(
-    body: Mapping[str, Any], params: Mapping[str, Any], params_field: str
+def _field_or_param(
+    body: Mapping[str, Any], params: Mapping[str, Any], params_field: str, name: str
 ) -> tuple[Mapping[str, Any], Any, str]:
-    """The request's `tools`, or `tools` among its params (a ResponsesAgent's `custom_inputs`:
-    MLflow's pyfunc signature lets a function tool through with nothing but its `type`, so a
-    loaded model's `predict` takes them there); the params without them."""
-    if not isinstance(params, Mapping) or "tools" not in params:
-        return params, body.get("tools"), "tools"
-    field = f"{params_field}.tools" if params_field else "tools"
-    if body.get("tools"):
-        raise InvalidRequest.single(field, "give the tools once: in the request's tools or here")
-    rest = {name: value for name, value in params.items() if name != "tools"}
-    return rest, params["tools"], field
+    """The request's field `name`, or `name` among its params (a ResponsesAgent's
+    `custom_inputs`), with the field to name in errors and the params without it. A loaded
+    ResponsesAgent needs the second place: MLflow's pyfunc signature lets a function tool through
+    with nothing but its `type`, and MLflow's request model has no `instructions` at all."""
+    if not isinstance(params, Mapping) or name not in params:
+        return params, body.get(name), name
+    field = f"{params_field}.{name}" if params_field else name
+    if body.get(name):
+        raise InvalidRequest.single(field, f"give {name} once: in the request's {name} or here")
+    rest = {key: value for key, value in params.items() if key != name}
+    return rest, params[name], field
 
 
 def read_text_format(text: Any) -> Constraint | None:

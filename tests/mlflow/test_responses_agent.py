@@ -248,3 +248,28 @@ def test_predict_with_a_json_schema_text_format(agent):
         jsonschema.validate(json.loads(text), WEATHER)
     else:
         assert text.startswith("{")
+
+
+@pytest.mark.parametrize("where", ["request", "custom_inputs"])
+def test_instructions_become_the_system_message(agent, where):
+    """MLflow's request model has no `instructions` and drops them silently: a dict request keeps
+    them, and a loaded model's predict (MLflow's signature) takes them in custom_inputs."""
+    raw = agent.get_raw_model()
+    conversation = [{"role": "user", "content": "Say hi."}]
+    body = {"input": conversation, "instructions": "Answer in French."}
+    if where == "custom_inputs":
+        body = {"input": conversation, "custom_inputs": {"instructions": "Answer in French."}}
+    prompt = raw.llm.detokenize(raw.prepare(body).request.prompt_ids)
+    assert "Answer in French." in prompt and prompt.index("Answer in French.") < prompt.index("Say hi.")
+    answer = agent.predict({**body, "max_output_tokens": 4, "temperature": 0})
+    assert ResponsesAgentResponse(**answer).usage.input_tokens > 0
+
+
+def test_instructions_given_twice_are_refused(agent):
+    body = {
+        "input": [{"role": "user", "content": "Hi"}],
+        "instructions": "a",
+        "custom_inputs": {"instructions": "b"},
+    }
+    with pytest.raises(MlflowException, match=r"custom_inputs\.instructions"):
+        agent.get_raw_model().prepare(body)
