@@ -31,7 +31,8 @@ from tests.server.conftest import TIMEOUT_S, metric, running, sse_events, wait_h
 SOLO = ModelConfig(name="solo", engine="llama_cpp", threads=1)
 BATCH = ModelConfig(name="batch", engine="llama_cpp_batched", threads=1, parallel=2)
 HI = [{"role": "user", "content": "Hi"}]
-COUNTING = "Count from 1 to 500, one number per line:\n1\n2\n3\n"
+#: a stream that runs to max_tokens whatever the model samples: the constraint never allows EOS before
+LONG = {"prompt": "Count: 1\n2\n3\n", "regex": "[0-9\n]{3000}"}
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +146,7 @@ def test_invocations_go_to_the_first_model_and_serving_endpoints_by_name(http):
 def test_each_model_has_its_own_queue():
     solo = SOLO.model_copy(update={"max_running": 1, "max_queue": 0})
     with running([solo, BATCH]) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http:
-        body = {"model": "solo", "prompt": COUNTING, "max_tokens": 1500, "stream": True}
+        body = {"model": "solo", **LONG, "max_tokens": 1500, "stream": True}
         with http.stream("POST", "/v1/completions", json=body) as stream:
             next(stream.iter_lines())  # solo's only place is taken
             assert metric(http.get("/metrics").text, "llmflow_num_requests_running", model="solo") == 1
@@ -208,7 +209,7 @@ def test_a_model_in_use_is_never_unloaded():
         running([SOLO], lazy=True, idle_unload_s=0.2) as server,
         httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http,
     ):
-        body = {"model": "solo", "prompt": COUNTING, "max_tokens": 1000, "stream": True}
+        body = {"model": "solo", **LONG, "max_tokens": 1000, "stream": True}
         with http.stream("POST", "/v1/completions", json=body) as stream:
             lines = stream.iter_lines()
             started = time.monotonic()
