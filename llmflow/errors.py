@@ -86,6 +86,21 @@ class ModelNotFound(LlmflowError):
         super().__init__(message)
 
 
+class UnknownModel(ModelNotFound):
+    """A request naming a model the server does not serve (`model`, or a serving endpoint's name)."""
+
+    param = "model"
+
+    def __init__(self, name: str, served: list[str]):
+        self.name = name
+        self.served = served
+        super().__init__(f"the model {name!r} is not served here; this server serves {_names(served)}")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(repr(name) for name in names)
+
+
 class UnknownEngine(LlmflowError):
     code = "unknown_engine"
 

@@ -1,4 +1,4 @@
-"""`llmflow serve`: serve a model over HTTP with streaming (OpenAI routes and MLflow /invocations)."""
+"""`llmflow serve`: serve models over HTTP with streaming (OpenAI routes and MLflow /invocations)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from llmflow.errors import FieldProblem, InvalidParams
 
 if TYPE_CHECKING:
     from llmflow.server import ServerSettings
+    from llmflow.server.model_config import ModelConfig
 
 API_KEY_ENV = "LLMFLOW_API_KEY"
 
@@ -22,10 +23,36 @@ logger = logging.getLogger("llmflow.serve")
 
 def serve(
     model: Annotated[
-        str | None,
+        list[str] | None,
         typer.Argument(
             help="a model URI (models:/name/1, runs:/<id>/model), a local MLflow model directory, or a "
-            "GGUF file; default: the embedded SmolLM2-135M-Instruct",
+            "GGUF file; several: each is served under its name; default: the embedded SmolLM2-135M-Instruct",
+            show_default=False,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="a YAML or TOML file with a list 'models' (name, model, engine, engine_options, parallel, "
+            "threads, max_running, max_queue), instead of MODEL arguments",
+            show_default=False,
+        ),
+    ] = None,
+    lazy: Annotated[
+        bool, typer.Option("--lazy", help="load each model at its first request instead of at start")
+    ] = False,
+    max_loaded: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="models loaded at once at most; the least recently used idle one is unloaded",
+            show_default=False,
+        ),
+    ] = None,
+    idle_unload: Annotated[
+        float | None,
+        typer.Option(
+            help="unload a model after this many seconds without a request (it loads again when asked)",
             show_default=False,
         ),
     ] = None,
@@ -96,6 +123,10 @@ def serve(
         list[str] | None,
         typer.Option(help="engine load option KEY=VALUE, e.g. n_threads=2 (repeatable)"),
     ] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(min=1, help="CPU threads of each model's engine", show_default=False),
+    ] = None,
     tracing: Annotated[
         bool | None,
         typer.Option(
@@ -118,9 +149,9 @@ def serve(
     ] = "parsed",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
 ) -> None:
-    """Serve MODEL over HTTP with token streaming: /v1/chat/completions, /v1/completions,
-    /invocations (with "stream": true), /health, /metrics."""
-    from llmflow.server import create_app, load_served
+    """Serve MODEL (or several) over HTTP with token streaming: /v1/chat/completions,
+    /v1/completions, /invocations (with "stream": true), /health, /metrics."""
+    from llmflow.server import create_app
     from llmflow.server.runner import run
 
     with exit_on_llmflow_error():
@@ -142,19 +173,50 @@ def serve(
             tracing=tracing,
             reasoning_format=reasoning_format,
             max_n=max_n,
+            lazy=lazy,
+            max_loaded=max_loaded,
+            idle_unload_s=idle_unload,
         )
-        served = load_served(
-            model,
-            name=model_name,
-            engine=engine,
-            engine_options=parse_engine_options(engine_option or []),
-            parallel=parallel,
-        )
-        app = create_app(served, settings)
+        defaults = {
+            "engine": engine,
+            "engine_options": parse_engine_options(engine_option or []),
+            "parallel": parallel,
+            "threads": threads,
+        }
+        configs = model_configs(model or [], config, model_name, defaults)
+        app = create_app(configs, settings)
     _warn_if_exposed(host, key)
     where = f"http://{host}:{port}"
-    typer.secho(f"serving {served.name!r} on {where} (OpenAI base URL {where}/v1)", err=True)
+    names = ", ".join(repr(name) for name in app.state.llmflow.models.names)
+    typer.secho(f"serving {names} on {where} (OpenAI base URL {where}/v1)", err=True)
     run(app, host, port, log_level=log_level)
+
+
+def model_configs(
+    models: list[str], config: Path | None, model_name: str | None, defaults: dict[str, Any]
+) -> list[ModelConfig]:
+    """One config per model to serve, from MODEL arguments or the config file; the command line's
+    engine, engine options, parallel and threads apply where a model's entry does not set them.
+    Two models with one name are refused before any is loaded."""
+    from llmflow.server.model_config import ModelConfig, check_unique, read_config_file
+
+    if config is not None and models:
+        raise InvalidParams.single("config", "give MODEL arguments or --config, not both")
+    if model_name is not None and (config is not None or len(models) > 1):
+        raise InvalidParams.single("model_name", "names a single MODEL; name several in a config file")
+    if config is not None:
+        entries = [_with_defaults(entry, defaults) for entry in read_config_file(config)]
+    else:
+        entries = [ModelConfig(model=ref, name=model_name, **defaults) for ref in (models or [None])]
+    check_unique(entry.expected_name() for entry in entries)
+    return entries
+
+
+def _with_defaults(entry: ModelConfig, defaults: dict[str, Any]) -> ModelConfig:
+    update = {key: value for key, value in defaults.items() if value is not None and key != "engine_options"}
+    update = {key: value for key, value in update.items() if getattr(entry, key) is None}
+    update["engine_options"] = {**defaults["engine_options"], **entry.engine_options}
+    return entry.model_copy(update=update)
 
 
 #: ServerSettings fields whose command-line option is named otherwise
@@ -164,6 +226,7 @@ _OPTION_OF_FIELD = {
     "keep_alive_timeout_s": "--keep-alive-timeout",
     "shutdown_grace_s": "--shutdown-grace",
     "cors_origins": "--cors-origin",
+    "idle_unload_s": "--idle-unload",
 }
 
 

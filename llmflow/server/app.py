@@ -1,10 +1,12 @@
-"""The FastAPI app: routes, error handlers and middleware around one served model."""
+"""The FastAPI app: routes, error handlers and middleware around the served models."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,7 +18,10 @@ from starlette.middleware.cors import CORSMiddleware
 from llmflow import __version__
 from llmflow.server import embeddings, health, invocations, openai, playground, responses, tokens
 from llmflow.server.error_answers import EXCEPTION_HANDLERS
+from llmflow.server.metrics import ServerMetrics
 from llmflow.server.middleware import ApiKeyMiddleware, BodyLimitMiddleware, ResponseCounterMiddleware
+from llmflow.server.model_config import ModelConfig
+from llmflow.server.models import ModelLeases, ModelRegistry
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
 from llmflow.server.state import ServerState
@@ -34,20 +39,28 @@ ROUTERS = (
 
 
 def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:
-    """An app serving `served`: a `ServedModel`, an `llmflow.LLM`, or a loaded MLflow pyfunc model."""
+    """An app serving `served`: a `ServedModel`, an `llmflow.LLM`, a loaded MLflow pyfunc model,
+    or a list of them and of `ModelConfig`s (several models, each under its name; the first is
+    the default)."""
     settings = settings or ServerSettings()
-    served = _as_served(served, settings)
-    state = ServerState.build(served, settings)
+    metrics = ServerMetrics()
+    models = ModelRegistry.build(_as_models(served, settings), settings, metrics)
+    state = ServerState(settings, metrics, models)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        reaper = asyncio.ensure_future(models.run_reaper())
         yield
+        reaper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reaper
         await state.shutdown()
 
+    names = ", ".join(repr(name) for name in models.names)
     app = FastAPI(
         title="llmflow",
         version=__version__,
-        description=f"Streaming inference for {served.name!r}: OpenAI-compatible routes, MLflow invocations.",
+        description=f"Streaming inference for {names}: OpenAI-compatible routes, MLflow invocations.",
         lifespan=lifespan,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
     )
@@ -55,11 +68,28 @@ def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
         state.known_paths.update(route.path for route in router.routes if isinstance(route, APIRoute))
-    state.known_paths.add(f"/serving-endpoints/{served.name}/invocations")  # counted by its own path
+    for name in models.names:  # counted by its own path
+        state.known_paths.add(f"/serving-endpoints/{name}/invocations")
     playground.mount(app, state)  # the chat page at /, public: it asks for the key itself
     _add_middleware(app, state)
     app.openapi = lambda: _openapi(app, state)  # type: ignore[method-assign]
     return app
+
+
+def _as_models(served: Any, settings: ServerSettings) -> list[ServedModel | ModelConfig]:
+    if isinstance(served, ModelConfig | ServedModel | str) or not isinstance(served, Sequence):
+        return [_as_model(served, settings)]
+    if settings.model_name is not None and len(served) != 1:
+        raise ValueError("model_name names a single model; name several models each on its own")
+    return [_as_model(item, settings) for item in served]
+
+
+def _as_model(item: Any, settings: ServerSettings) -> ServedModel | ModelConfig:
+    if not isinstance(item, ModelConfig):
+        return _as_served(item, settings)
+    if settings.model_name is not None and item.name is None:
+        return item.model_copy(update={"name": settings.model_name})
+    return item
 
 
 def _as_served(served: Any, settings: ServerSettings) -> ServedModel:
@@ -75,8 +105,9 @@ def _as_served(served: Any, settings: ServerSettings) -> ServedModel:
 
 
 def _add_middleware(app: FastAPI, state: ServerState) -> None:
-    """Added innermost first: body limit, API key, CORS, response counter (outermost)."""
+    """Added innermost first: model leases, body limit, API key, CORS, response counter (outermost)."""
     settings = state.settings
+    app.add_middleware(ModelLeases, registry=state.models)
     app.add_middleware(
         BodyLimitMiddleware, limit=settings.max_body_bytes, read_timeout_s=settings.read_timeout_s
     )

@@ -15,9 +15,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmflow.embeddings import embed
+from llmflow.server.models import model_for
 from llmflow.server.openai import llm_for
 from llmflow.server.schemas import error_responses
-from llmflow.server.state import get_state
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
@@ -57,8 +57,8 @@ class EmbeddingList(BaseModel):
 @router.post("/embeddings", response_model=EmbeddingList, responses=error_responses(400, 401, 404, 413))
 async def embeddings(body: EmbeddingRequest, request: Request) -> JSONResponse:
     """Embed every input; a model that cannot pool token states answers 400 naming `model`."""
-    state = get_state(request)
-    llm = llm_for(state, body.model)
+    state = await model_for(request, body.model)
+    llm = llm_for(state)
     result = await asyncio.to_thread(embed, llm, body.input, dimensions=body.dimensions)
     encode = _base64 if body.encoding_format == "base64" else _floats
     data = [

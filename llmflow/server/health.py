@@ -31,13 +31,13 @@ async def ping() -> JSONResponse:
 async def version(request: Request) -> JSONResponse:
     import mlflow
 
-    state = get_state(request)
+    default = get_state(request).models.default  # the first model, which /invocations serves
     return JSONResponse(
         {
             "llmflow": __version__,
             "mlflow": mlflow.__version__,
-            "model": state.served.name,
-            "engine": state.served.engine_name,
+            "model": default.name,
+            "engine": default.engine_name,
         }
     )
 

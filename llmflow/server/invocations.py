@@ -33,18 +33,19 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.types import Receive
 
-from llmflow.errors import LlmflowError, ModelNotFound, UnsupportedEndpoint
+from llmflow.errors import LlmflowError, ModelNotFound, UnknownModel, UnsupportedEndpoint
 from llmflow.mlflow.output import call_dicts, with_calls
 from llmflow.observability import RequestTimings
 from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
 from llmflow.server.mlflow_format import ChunkDictFormat, LlmflowChunkFormat
+from llmflow.server.models import model_for
 from llmflow.server.pipeline import NOTHING_READ, observe, stream_events
 from llmflow.server.responses import answer_agent, pop_stream_flag
 from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
-from llmflow.server.state import ServerState, get_state
+from llmflow.server.state import ModelState
 from llmflow.tools import ToolPlan
 from llmflow.types import CancelToken, current_cancel
 
@@ -99,8 +100,9 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     openapi_extra={"requestBody": _REQUEST_BODY},
 )
 async def invocations(request: Request) -> Response:
-    """Score the model (`predict`), or stream it (`predict_stream`) with `"stream": true`."""
-    return await invoke(request, ping=True)
+    """Score the default (first) model (`predict`), or stream it (`predict_stream`) with
+    `"stream": true`."""
+    return await invoke(request, await model_for(request, None), ping=True)
 
 
 #: on Databricks' path every error is in Databricks' shape (`{"error_code", "message"}`)
@@ -123,16 +125,17 @@ async def serving_endpoint_invocations(name: str, request: Request) -> Response:
     """Databricks Model Serving's path for the served model `name` (what MLflow's
     `get_deploy_client("databricks")` posts to): the same bodies and answers as /invocations;
     its streams hold nothing but `data:` lines (no pings), as that client demands."""
-    state = get_state(request)
-    if name != state.served.name:
-        raise ModelNotFound(f"no serving endpoint {name!r}; this server serves {state.served.name!r}")
-    return await invoke(request, ping=False)
+    try:
+        state = await model_for(request, name)
+    except UnknownModel as exc:
+        served = ", ".join(repr(name) for name in exc.served)
+        raise ModelNotFound(f"no serving endpoint {name!r}; this server serves {served}") from None
+    return await invoke(request, state, ping=False)
 
 
-async def invoke(request: Request, *, ping: bool) -> Response:
-    """/invocations; `ping`: SSE comments keep an idle stream alive."""
+async def invoke(request: Request, state: ModelState, *, ping: bool) -> Response:
+    """/invocations of the model `state`; `ping`: SSE comments keep an idle stream alive."""
     timings = RequestTimings()
-    state = get_state(request)
     model = state.served.pyfunc
     if model is None:
         raise UnsupportedEndpoint(f"{state.served.name!r} has no MLflow pyfunc form to serve at /invocations")
@@ -171,7 +174,7 @@ async def _json_payload(body: bytes, content_type: str) -> dict[str, Any] | None
 
 
 async def _predict(
-    state: ServerState, model: Any, data: Any, content_type: str, timings: RequestTimings, receive: Receive
+    state: ModelState, model: Any, data: Any, content_type: str, timings: RequestTimings, receive: Receive
 ) -> Response:
     """MLflow's `predict` in a worker. A client that disconnects meanwhile cancels it: an llmflow
     model's generations stop within a token (through `current_cancel`), and its place is freed."""
@@ -205,7 +208,7 @@ async def _predict(
 
 
 async def _stream(
-    state: ServerState,
+    state: ModelState,
     model: Any,
     payload: dict[str, Any],
     timings: RequestTimings,
@@ -229,7 +232,7 @@ async def _stream(
 
 
 async def _stream_llmflow(
-    state: ServerState,
+    state: ModelState,
     python_model: LlmflowPyfuncModel,
     payload: dict[str, Any],
     timings: RequestTimings,

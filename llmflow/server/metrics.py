@@ -5,7 +5,8 @@ Names follow vLLM's where they mean the same thing, with an `llmflow_` prefix.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import (
@@ -16,6 +17,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from llmflow.observability.timings import RequestTimings
 
@@ -42,49 +45,75 @@ _REQUEST_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
+#: every series about a model's work carries its name
+MODEL = "model"
+
+
+@dataclass(frozen=True)
+class ModelLoad:
+    """What the gauges read of one served model at a scrape: its admission counts and, when it is
+    loaded with an engine that reports its own state, that state (`Engine.stats()`)."""
+
+    model: str
+    loaded: bool
+    running: int = 0
+    waiting: int = 0
+    engine_stats: Any = None
+
 
 class ServerMetrics:
-    """Histograms, counters and gauges of one server. Per-token data is observed once per
-    request, at its end, so the token path only appends to a list."""
+    """Histograms, counters and gauges of one server, labelled by `model`. Per-token data is
+    observed once per request, at its end, so the token path only appends to a list."""
 
-    def __init__(self, running: Callable[[], int], waiting: Callable[[], int]):
+    def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.ttft = Histogram(
             "llmflow_time_to_first_token_seconds",
             "Time from arrival to the first text chunk",
+            [MODEL],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.inter_token = Histogram(
             "llmflow_inter_token_latency_seconds",
             "Time between consecutive streamed text chunks",
+            [MODEL],
             buckets=_TOKEN_GAP_BUCKETS,
             registry=r,
         )
         self.queue_time = Histogram(
             "llmflow_request_queue_time_seconds",
             "Time spent waiting for a place",
+            [MODEL],
             buckets=_REQUEST_BUCKETS,
             registry=r,
         )
         self.e2e = Histogram(
             "llmflow_e2e_request_latency_seconds",
             "Time from arrival to the end of generation",
+            [MODEL],
             buckets=_REQUEST_BUCKETS,
             registry=r,
         )
-        self.prompt_tokens = Counter("llmflow_prompt_tokens", "Prompt tokens processed", registry=r)
-        self.generation_tokens = Counter("llmflow_generation_tokens", "Tokens generated", registry=r)
+        self.prompt_tokens = Counter("llmflow_prompt_tokens", "Prompt tokens processed", [MODEL], registry=r)
+        self.generation_tokens = Counter("llmflow_generation_tokens", "Tokens generated", [MODEL], registry=r)
         self.requests = Counter(
             "llmflow_requests",
-            "HTTP requests answered, by endpoint and status",
-            ["endpoint", "status"],
+            "HTTP requests answered, by endpoint, status and the model they named (empty: none)",
+            ["endpoint", "status", MODEL],
             registry=r,
         )
         self.finished = Counter(
-            "llmflow_requests_finished", "Generations ended, by how they ended", ["outcome"], registry=r
+            "llmflow_requests_finished",
+            "Generations ended, by how they ended",
+            [MODEL, "outcome"],
+            registry=r,
         )
+        self.loads = Counter(
+            "llmflow_model_loads", "Models loaded (at start, or at a first request)", [MODEL], registry=r
+        )
+        self.unloads = Counter("llmflow_model_unloads", "Idle models unloaded", [MODEL], registry=r)
         self.connections_refused = Counter(
             "llmflow_connections_refused",
             "Connections closed before a request was read: over the connection limit, or no request "
@@ -96,52 +125,98 @@ class ServerMetrics:
         Gauge("llmflow_open_connections", "HTTP connections open now", registry=r).set_function(
             lambda: self._open_connections()
         )
-        Gauge("llmflow_num_requests_running", "Requests admitted and not over yet", registry=r).set_function(
-            running
-        )
-        Gauge("llmflow_num_requests_waiting", "Requests waiting for a place", registry=r).set_function(
-            waiting
-        )
 
-    def watch_engine(self, stats: Callable[[], Any]) -> None:
-        """Gauges read from an engine that reports its own state (the batching engine's `stats()`):
-        free sequences, and the tokens it generated, counted as they are decoded."""
-        r = self.registry
-        Gauge(
-            "llmflow_engine_sequences", "Engine sequences (KV-cache slots) in all", registry=r
-        ).set_function(lambda: stats().parallel)
-        Gauge(
-            "llmflow_engine_free_sequences", "Engine sequences (KV-cache slots) free now", registry=r
-        ).set_function(lambda: stats().free_sequences)
-        Gauge(
-            "llmflow_engine_generated_tokens", "Tokens the engine has generated since it loaded", registry=r
-        ).set_function(lambda: stats().tokens_generated_total)
+    def watch_models(self, models: Callable[[], Iterable[ModelLoad]]) -> None:
+        """Gauges per model, read at each scrape from `models()`; series at 0 for each name, so
+        that a model shows before its first request."""
+        for load in models():
+            for counter in (self.prompt_tokens, self.generation_tokens):
+                counter.labels(load.model)
+        self.registry.register(_ModelGauges(models))
 
     def watch_connections(self, open_connections: Callable[[], int]) -> None:
         """Read the open-connection gauge from the server that runs the app."""
         self._open_connections = open_connections
 
-    def observe(self, timings: RequestTimings) -> None:
-        """Record one finished generation."""
+    def observe(self, timings: RequestTimings, model: str) -> None:
+        """Record one finished generation of `model`."""
         if timings.queue_s is not None:
-            self.queue_time.observe(timings.queue_s)
+            self.queue_time.labels(model).observe(timings.queue_s)
         if timings.ttft_s is not None:
-            self.ttft.observe(timings.ttft_s)
+            self.ttft.labels(model).observe(timings.ttft_s)
+        inter_token = self.inter_token.labels(model)
         for gap in timings.inter_token:
-            self.inter_token.observe(gap)
+            inter_token.observe(gap)
         if timings.e2e_s is not None:
-            self.e2e.observe(timings.e2e_s)
+            self.e2e.labels(model).observe(timings.e2e_s)
         if timings.prompt_tokens:
-            self.prompt_tokens.inc(timings.prompt_tokens)
+            self.prompt_tokens.labels(model).inc(timings.prompt_tokens)
         if timings.completion_tokens:
-            self.generation_tokens.inc(timings.completion_tokens)
-        self.finished.labels(timings.outcome or "unknown").inc()
+            self.generation_tokens.labels(model).inc(timings.completion_tokens)
+        self.finished.labels(model, timings.outcome or "unknown").inc()
 
-    def count_response(self, endpoint: str, status: int) -> None:
-        self.requests.labels(endpoint, str(status)).inc()
+    def for_model(self, model: str) -> ModelMetrics:
+        return ModelMetrics(self, model)
+
+    def count_response(self, endpoint: str, status: int, model: str = "") -> None:
+        self.requests.labels(endpoint, str(status), model).inc()
 
     def count_refused_connection(self, reason: str) -> None:
         self.connections_refused.labels(reason).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ModelMetrics:
+    """A server's metrics as one model records into them."""
+
+    def __init__(self, metrics: ServerMetrics, model: str):
+        self._metrics = metrics
+        self.model = model
+
+    def observe(self, timings: RequestTimings) -> None:
+        self._metrics.observe(timings, self.model)
+
+
+class _ModelGauges(Collector):
+    """Admission and engine gauges of every served model, loaded or not, read at each scrape."""
+
+    def __init__(self, models: Callable[[], Iterable[ModelLoad]]):
+        self._models = models
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        loads = list(self._models())
+        families = {
+            "loaded": GaugeMetricFamily(
+                "llmflow_model_loaded", "1 while the model is loaded", labels=[MODEL]
+            ),
+            "running": GaugeMetricFamily(
+                "llmflow_num_requests_running", "Requests admitted and not over yet", labels=[MODEL]
+            ),
+            "waiting": GaugeMetricFamily(
+                "llmflow_num_requests_waiting", "Requests waiting for a place", labels=[MODEL]
+            ),
+            "sequences": GaugeMetricFamily(
+                "llmflow_engine_sequences", "Engine sequences (KV-cache slots) in all", labels=[MODEL]
+            ),
+            "free": GaugeMetricFamily(
+                "llmflow_engine_free_sequences", "Engine sequences (KV-cache slots) free now", labels=[MODEL]
+            ),
+            "generated": GaugeMetricFamily(
+                "llmflow_engine_generated_tokens",
+                "Tokens the engine has generated since it loaded",
+                labels=[MODEL],
+            ),
+        }
+        for load in loads:
+            name = [load.model]
+            families["loaded"].add_metric(name, 1.0 if load.loaded else 0.0)
+            families["running"].add_metric(name, load.running)
+            families["waiting"].add_metric(name, load.waiting)
+            stats = load.engine_stats
+            if stats is not None:  # an engine that reports its own state (the batching engine)
+                families["sequences"].add_metric(name, stats.parallel)
+                families["free"].add_metric(name, stats.free_sequences)
+                families["generated"].add_metric(name, stats.tokens_generated_total)
+        yield from (family for family in families.values() if family.samples)  # absent, as before, when empty

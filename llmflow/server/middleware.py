@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmflow.errors import LlmflowError, RequestReadTimeout, RequestTooLarge, Unauthorized
 from llmflow.server.error_answers import error_response_for
+from llmflow.server.models import MODEL_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -116,15 +117,18 @@ CLIENT_CLOSED = 499
 
 
 class ResponseCounterMiddleware:
-    """Counts every HTTP request by endpoint (known paths only, to bound the label set) and status,
-    once, when its answer is complete.
+    """Counts every HTTP request by endpoint (known paths only, to bound the label set), status
+    and the model that answered it (empty when none did), once, when its answer is complete.
 
     A client that leaves before its answer is complete (while sending the body, while queued, in
     the middle of a stream) counts as 499, never as a server error; an app that raises, or ends
     without answering, counts as 500 (the error handler logs it)."""
 
     def __init__(
-        self, app: ASGIApp, count: Callable[[str, int], None], known_paths: Callable[[], Collection[str]]
+        self,
+        app: ASGIApp,
+        count: Callable[[str, int, str], None],
+        known_paths: Callable[[], Collection[str]],
     ):
         self.app = app
         self._count = count
@@ -166,7 +170,7 @@ class _Exchange:
 
     __slots__ = ("client_left", "counted", "endpoint", "scope", "status", "_count")
 
-    def __init__(self, scope: Scope, endpoint: str, count: Callable[[str, int], None]):
+    def __init__(self, scope: Scope, endpoint: str, count: Callable[[str, int, str], None]):
         self.scope = scope
         self.endpoint = endpoint
         self.status: int | None = None
@@ -184,4 +188,4 @@ class _Exchange:
             logger.info(
                 "%s %s: the client closed the connection first", self.scope["method"], self.scope["path"]
             )
-        self._count(self.endpoint, status)
+        self._count(self.endpoint, status, self.scope.get(MODEL_KEY, ""))

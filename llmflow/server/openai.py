@@ -19,13 +19,7 @@ from fastapi.responses import JSONResponse, Response
 
 from llmflow.choices import stream_choices
 from llmflow.constraints import Constraint
-from llmflow.errors import (
-    FieldProblem,
-    InvalidParams,
-    InvalidRequest,
-    ModelNotFound,
-    UnsupportedEndpoint,
-)
+from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest, UnsupportedEndpoint
 from llmflow.llm import LLM, PreparedRequest
 from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
@@ -33,6 +27,7 @@ from llmflow.params import SamplingParams
 from llmflow.prompts import parse_messages
 from llmflow.server import openai_format
 from llmflow.server.event_stream import EventStream
+from llmflow.server.models import model_for
 from llmflow.server.openai_format import ChoicesFormat, StreamFormat, ToolStreamFormat
 from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.running import start_generation
@@ -47,7 +42,7 @@ from llmflow.server.schemas import (
     TextCompletion,
     error_responses,
 )
-from llmflow.server.state import ServerState, get_state
+from llmflow.server.state import ModelState, get_state
 from llmflow.tools import ToolPlan, parse_tool_choice, parse_tools, plan_tools, split_answer, tool_stream
 from llmflow.types import CancelToken, Chunk, Message
 
@@ -73,8 +68,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     """Answer a conversation with the model's chat template; with `tools`, the answer may call
     functions (`message.tool_calls`, streamed as `delta.tool_calls`)."""
     timings = RequestTimings()
-    state = get_state(request)
-    llm = llm_for(state, body.model)
+    state = await model_for(request, body.model)
+    llm = llm_for(state)
     max_tokens = body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens
     params = _sampling_params(llm, body, max_tokens=max_tokens, max_n=state.settings.max_n)
     messages = parse_messages([_message_dict(message) for message in body.messages])
@@ -104,8 +99,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
 async def completions(body: CompletionRequest, request: Request) -> Response:
     """Continue a prompt as is (no chat template)."""
     timings = RequestTimings()
-    state = get_state(request)
-    llm = llm_for(state, body.model)
+    state = await model_for(request, body.model)
+    llm = llm_for(state)
     params = _sampling_params(llm, body, max_tokens=body.max_tokens, max_n=state.settings.max_n)
     constraint = _output_constraint(body)
     prepared = await prepare(llm, _single_prompt(body.prompt), params, raw=True, constraint=constraint)
@@ -115,28 +110,19 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 @router.get("/models", response_model=ModelList, responses=error_responses(401))
 async def list_models(request: Request) -> JSONResponse:
     state = get_state(request)
-    return JSONResponse(openai_format.model_list(state.served.name, state.created))
+    return JSONResponse(openai_format.model_list(state.models.names, state.created))
 
 
 @router.get("/models/{model}", response_model=ModelCard, responses=error_responses(401, 404))
 async def get_model(model: str, request: Request) -> JSONResponse:
     state = get_state(request)
-    if model != state.served.name:
-        raise _unknown_model(model, state)
-    return JSONResponse(openai_format.model_card(state.served.name, state.created))
+    name = state.models.slot(model).name  # a model not served: 404 (it is not loaded for this)
+    return JSONResponse(openai_format.model_card(name, state.created))
 
 
 # -- request checks -----------------------------------------------------------------------------
-def _unknown_model(model: str, state: ServerState) -> ModelNotFound:
-    error = ModelNotFound(f"the model {model!r} is not served here; this server serves {state.served.name!r}")
-    error.param = "model"
-    return error
-
-
-def llm_for(state: ServerState, model: str | None) -> LLM:
-    """The served LLM for a request's `model` (None: whichever is served)."""
-    if model is not None and model != state.served.name:
-        raise _unknown_model(model, state)
+def llm_for(state: ModelState) -> LLM:
+    """The LLM of the model a request named (see `models.model_for`)."""
     if state.served.llm is None:
         raise UnsupportedEndpoint(
             f"{state.served.name!r} is a plain MLflow pyfunc model: it is served at POST /invocations "
@@ -271,7 +257,7 @@ async def prepare(
 
 # -- answering ----------------------------------------------------------------------------------
 async def _answer(
-    state: ServerState,
+    state: ModelState,
     request: Request,
     llm: LLM,
     prepared: PreparedRequest,

@@ -290,8 +290,8 @@ class ToolStreamFormat(StreamFormat):
         return self.finish(reason) + self.usage(final.usage, extra)
 
 
-def model_list(name: str, created: int) -> dict[str, Any]:
-    return {"object": "list", "data": [model_card(name, created)]}
+def model_list(names: list[str], created: int) -> dict[str, Any]:
+    return {"object": "list", "data": [model_card(name, created) for name in names]}
 
 
 def model_card(name: str, created: int) -> dict[str, Any]:

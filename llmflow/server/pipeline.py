@@ -20,7 +20,7 @@ from llmflow.observability import ObservedGeneration, RequestTimings, RequestTra
 from llmflow.observability.trace import SPAN_TYPE_LLM
 from llmflow.server.event_stream import DONE
 from llmflow.server.running import RunningGeneration, stop_on_disconnect
-from llmflow.server.state import ServerState
+from llmflow.server.state import ModelState
 from llmflow.types import Chunk, Completion, FinishReason, TokenLogprob, Usage
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class ChunkFormat:
 
 
 def observe(
-    state: ServerState,
+    state: ModelState,
     timings: RequestTimings,
     name: str,
     inputs: Callable[[], Any],

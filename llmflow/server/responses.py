@@ -25,12 +25,13 @@ from llmflow.observability.trace import SPAN_TYPE_CHAT
 from llmflow.responses.request import read_request
 from llmflow.responses.turn import PreparedResponse, prepare_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
+from llmflow.server.models import model_for
 from llmflow.server.openai import llm_for
 from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.responses_format import ResponsesFormat
 from llmflow.server.running import start_generation
 from llmflow.server.schemas import SSE_DESCRIPTION, ResponsesRequest, error_responses
-from llmflow.server.state import ServerState, get_state
+from llmflow.server.state import ModelState
 from llmflow.types import CancelToken
 
 router = APIRouter(tags=["Responses"])
@@ -51,8 +52,8 @@ _DOC = {
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
     """OpenAI's Responses API (stateless), streamed as OpenAI streams it or whole."""
     timings = RequestTimings()
-    state = get_state(request)
-    llm = llm_for(state, body.model)
+    state = await model_for(request, body.model)
+    llm = llm_for(state)
     fields = body.model_dump(exclude_none=True)
     extensions = {name: fields.pop(name) for name in _EXTENSIONS if name in fields}
     read = read_request(fields, extensions, params_field="")
@@ -101,13 +102,13 @@ async def agent_responses(request: Request) -> Response:
     """MLflow AgentServer's route for OpenAI clients: a `ResponsesAgentRequest` (`model` is not
     needed), answered in the Responses format; llmflow sampling params go in `custom_inputs`."""
     timings = RequestTimings()
-    state = get_state(request)
+    state = await model_for(request, None)  # the default model, as /invocations
     payload = _json_object(await request.body())
     return await answer_agent(state, request, payload, pop_stream_flag(payload), timings)
 
 
 async def answer_agent(
-    state: ServerState,
+    state: ModelState,
     request: Request,
     payload: dict[str, Any],
     stream: bool,
@@ -134,7 +135,7 @@ async def answer_agent(
 
 
 async def answer(
-    state: ServerState,
+    state: ModelState,
     request: Request,
     llm: LLM,
     prepared: PreparedResponse,

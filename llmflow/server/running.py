@@ -15,7 +15,7 @@ from starlette.types import Receive
 from llmflow.errors import ClientDisconnected, RequestTimeout
 from llmflow.observability import ObservedGeneration, traced
 from llmflow.server.event_stream import wait_for_disconnect
-from llmflow.server.state import ServerState
+from llmflow.server.state import ModelState
 from llmflow.server.worker import ThreadedStream
 from llmflow.types import CancelToken, Chunk
 
@@ -34,7 +34,7 @@ class RunningGeneration(Generic[T]):
 
     def __init__(
         self,
-        state: ServerState,
+        state: ModelState,
         stream: ThreadedStream[T],
         observed: ObservedGeneration,
         final_of: FinalOf,
@@ -88,7 +88,7 @@ class RunningGeneration(Generic[T]):
 
 
 async def start_generation(
-    state: ServerState,
+    state: ModelState,
     make_iterator: Callable[[], Iterator[T]],
     observed: ObservedGeneration,
     final_of: FinalOf = no_final,
@@ -119,7 +119,7 @@ async def start_generation(
     return generation
 
 
-async def _wait_for_place(state: ServerState, timeout_s: float, receive: Receive | None) -> None:
+async def _wait_for_place(state: ModelState, timeout_s: float, receive: Receive | None) -> None:
     """Wait in the admission queue, and give the place up if the client disconnects meanwhile."""
     waiting = asyncio.ensure_future(state.admission.acquire(timeout_s))
     if receive is None:

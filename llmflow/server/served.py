@@ -72,6 +72,7 @@ def load_served(
     engine: str | None = None,
     engine_options: Mapping[str, Any] | None = None,
     parallel: int | None = None,
+    threads: int | None = None,
 ) -> ServedModel:
     """Load what `llmflow serve MODEL` serves (see `llmflow.mlflow.model_ref`); None is the
     embedded default model. A server runs generations concurrently, so a GGUF model (a file, or
@@ -80,7 +81,9 @@ def load_served(
     from llmflow.mlflow.model_ref import resolve
 
     options = engine_options
-    resolved = resolve(model, engine=engine, engine_options=options, parallel=parallel, concurrent=True)
+    resolved = resolve(
+        model, engine=engine, engine_options=options, parallel=parallel, threads=threads, concurrent=True
+    )
     if resolved.pyfunc is not None:
         return ServedModel.from_pyfunc(resolved.pyfunc, name or resolved.ref.name)
     assert resolved.llm is not None

@@ -50,6 +50,17 @@ class ServerSettings(BaseModel):
         description="parsed: a reasoning model's thinking (<think>...</think>) goes to "
         "delta.reasoning_content, apart from the answer; none: it stays in the content",
     )
+    lazy: bool = Field(False, description="load each model at its first request instead of at start")
+    max_loaded: int | None = Field(
+        None,
+        ge=1,
+        description="models loaded at once at most; beyond, the least recently used idle one is unloaded",
+    )
+    idle_unload_s: float | None = Field(
+        None,
+        gt=0,
+        description="unload a model that has served nothing for this long (it loads again when asked)",
+    )
     tracing: bool | None = Field(
         None, description="an MLflow trace per generation; None: only when an MLflow experiment is set"
     )

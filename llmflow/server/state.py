@@ -1,4 +1,6 @@
-"""Everything one app owns at run time, kept on `app.state.llmflow` (no module globals)."""
+"""Everything one app owns at run time, kept on `app.state.llmflow` (no module globals): the
+server's settings and metrics, and the models it serves (`models.ModelRegistry`), each loaded
+one with a `ModelState` of its own."""
 
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 
 from llmflow.server.admission import Admission
-from llmflow.server.metrics import ServerMetrics
+from llmflow.server.metrics import ModelMetrics, ServerMetrics
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
 
 if TYPE_CHECKING:
+    from llmflow.server.models import ModelRegistry
     from llmflow.server.running import RunningGeneration
 
 logger = logging.getLogger(__name__)
@@ -29,28 +32,41 @@ PUBLIC_PATHS = frozenset({"/health", "/ping"})
 
 
 @dataclass
-class ServerState:
+class ModelState:
+    """One loaded model at run time: what it serves, its own admission queue and worker
+    threads, and its generations that are not over yet. Routes generate through it."""
+
     served: ServedModel
     settings: ServerSettings
     admission: Admission
-    metrics: ServerMetrics
-    created: int = field(default_factory=lambda: int(time.time()))
-    public_paths: set[str] = field(default_factory=lambda: set(PUBLIC_PATHS))
-    #: paths counted by name in the request metrics (others count as "other")
-    known_paths: set[str] = field(default_factory=set)
+    metrics: ModelMetrics
     active: set[RunningGeneration] = field(default_factory=set)
     _executor: ThreadPoolExecutor | None = None
 
     @classmethod
-    def build(cls, served: ServedModel, settings: ServerSettings) -> ServerState:
-        max_running = settings.max_running or served.max_concurrency
-        admission = Admission(max_running, settings.max_queue, settings.retry_after_s)
-        active: set[RunningGeneration] = set()  # until a generation is over on both sides (worker, response)
-        metrics = ServerMetrics(running=lambda: len(active), waiting=lambda: admission.waiting)
-        engine = served.llm.engine if served.llm is not None else None
-        if engine is not None and engine.stats() is not None:
-            metrics.watch_engine(engine.stats)
-        return cls(served, settings, admission, metrics, active=active)
+    def build(
+        cls,
+        served: ServedModel,
+        settings: ServerSettings,
+        metrics: ServerMetrics,
+        max_running: int | None = None,
+        max_queue: int | None = None,
+    ) -> ModelState:
+        """`max_running`, `max_queue`: this model's own limits, else the server's settings; a
+        model runs at most what its engine decodes at once unless told otherwise."""
+        running = max_running or settings.max_running or served.max_concurrency
+        queue = settings.max_queue if max_queue is None else max_queue
+        admission = Admission(running, queue, settings.retry_after_s)
+        return cls(served, settings, admission, metrics.for_model(served.name))
+
+    @property
+    def name(self) -> str:
+        return self.served.name
+
+    @property
+    def busy(self) -> bool:
+        """A generation runs or waits (until it is over on both sides: worker and response)."""
+        return bool(self.active) or self.admission.running > 0 or self.admission.waiting > 0
 
     @property
     def executor(self) -> ThreadPoolExecutor:
@@ -70,15 +86,32 @@ class ServerState:
     async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Stop every generation (each ends within a token) and wait for the worker threads, so
         that nobody frees the model while a thread still decodes with it."""
-        for generation in list(self.active):
-            generation.stream.stop()
+        self.end_generations()
         executor, self._executor = self._executor, None
         if executor is None:
             return
         waiting = asyncio.ensure_future(asyncio.to_thread(executor.shutdown, wait=True))
         done, _ = await asyncio.wait({waiting}, timeout=grace_s)
         if not done:
-            logger.warning("a generation did not stop within %s s of shutdown", grace_s)
+            logger.warning("a generation of %r did not stop within %s s of shutdown", self.name, grace_s)
+
+
+@dataclass
+class ServerState:
+    settings: ServerSettings
+    metrics: ServerMetrics
+    models: ModelRegistry
+    created: int = field(default_factory=lambda: int(time.time()))
+    public_paths: set[str] = field(default_factory=lambda: set(PUBLIC_PATHS))
+    #: paths counted by name in the request metrics (others count as "other")
+    known_paths: set[str] = field(default_factory=set)
+
+    def end_generations(self) -> None:
+        for model in self.models.loaded():
+            model.end_generations()
+
+    async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        await self.models.shutdown(grace_s)
 
 
 def get_state(request: Request) -> ServerState:

@@ -1,6 +1,6 @@
 """llama.cpp's token routes: `POST /tokenize` and `POST /detokenize`, in llama.cpp server's shapes,
-for every engine (through `LLM.tokenize` / `LLM.detokenize`). `model` is optional: a server serves
-one model."""
+for every engine (through `LLM.tokenize` / `LLM.detokenize`). `model` is optional: without it, the
+server's default (first) model answers."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmflow.errors import InvalidRequest
+from llmflow.server.models import model_for
 from llmflow.server.openai import llm_for
 from llmflow.server.schemas import error_responses
-from llmflow.server.state import get_state
 
 router = APIRouter(tags=["Tokens"])
 
@@ -28,14 +28,14 @@ class TokenizeRequest(BaseModel):
     with_pieces: bool = Field(
         False, description="each token as {id, piece}; a piece that is not whole UTF-8 is a list of bytes"
     )
-    model: str | None = Field(None, description="the served model's name (optional)")
+    model: str | None = Field(None, description="a served model's name (optional: the default model)")
 
 
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tokens: list[int] = Field(description="token ids")
-    model: str | None = Field(None, description="the served model's name (optional)")
+    model: str | None = Field(None, description="a served model's name (optional: the default model)")
 
 
 class TokenPiece(BaseModel):
@@ -54,7 +54,7 @@ class DetokenizeResponse(BaseModel):
 @router.post("/tokenize", response_model=TokenizeResponse, responses=error_responses(400, 401, 404, 413))
 async def tokenize(body: TokenizeRequest, request: Request) -> JSONResponse:
     """Token ids of `content`; with `with_pieces`, each with its text."""
-    llm = llm_for(get_state(request), body.model)
+    llm = llm_for(await model_for(request, body.model))
     try:
         ids = await asyncio.to_thread(
             llm.tokenize, body.content, add_special=body.add_special, parse_special=body.parse_special
@@ -72,7 +72,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> JSONResponse:
 @router.post("/detokenize", response_model=DetokenizeResponse, responses=error_responses(400, 401, 404, 413))
 async def detokenize(body: DetokenizeRequest, request: Request) -> JSONResponse:
     """The text of `tokens` (special tokens as their text)."""
-    llm = llm_for(get_state(request), body.model)
+    llm = llm_for(await model_for(request, body.model))
     return JSONResponse({"content": llm.detokenize(body.tokens)})
 
 

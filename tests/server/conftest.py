@@ -81,15 +81,17 @@ def sse_events(raw: str) -> list[str]:
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    """One sample from Prometheus text (0 when absent); `labels` must all match."""
+    """The sum of the samples of `name` in Prometheus text whose labels include `labels` (0 when
+    none): series split by a label not named (`model`) add up, as Prometheus' `sum` would."""
+    total = 0.0
     for line in text.splitlines():
         found = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$", line)
         if not found or found.group(1) != name:
             continue
         have = dict(re.findall(r'(\w+)="([^"]*)"', found.group(2) or ""))
         if all(have.get(key) == value for key, value in labels.items()):
-            return float(found.group(3))
-    return 0.0
+            total += float(found.group(3))
+    return total
 
 
 def wait_until_idle(http: httpx.Client, timeout_s: float = TIMEOUT_S) -> str:

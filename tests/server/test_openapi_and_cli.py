@@ -147,7 +147,7 @@ def test_llmflow_serve_runs_a_server_with_the_key_from_the_environment(tmp_path)
         version = httpx.get(f"{url}/version", headers={"Authorization": "Bearer from-env"}).json()
         assert version["engine"] == "llama_cpp_batched"  # a server batches concurrent requests
         metrics = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer from-env"}).text
-        assert "llmflow_engine_free_sequences 3.0" in metrics  # --parallel 3, all free again
+        assert 'llmflow_engine_free_sequences{model="smol"} 3.0' in metrics  # --parallel 3, all free again
     finally:
         process.terminate()
         process.wait(30)
