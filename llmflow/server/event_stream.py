@@ -8,6 +8,7 @@ to finish cancels the others, and `on_close` runs however the response ends.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
@@ -56,6 +57,10 @@ class EventStream(Response):
         self._events = events
         self._on_close = on_close
         self._ping_interval_s = ping_interval_s
+        # the events and the pings share one connection: one body message at a time, and none
+        # after the last (a ping that woke while the last event was being sent came after it)
+        self._sending = asyncio.Lock()
+        self._complete = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -77,15 +82,22 @@ class EventStream(Response):
             finally:
                 self._on_close()
 
+    async def _send_body(self, send: Send, body: bytes, more_body: bool) -> None:
+        """The per-token path: an uncontended asyncio lock takes no trip through the loop."""
+        async with self._sending:
+            if self._complete:
+                return
+            self._complete = not more_body
+            await send({"type": "http.response.body", "body": body, "more_body": more_body})
+
     async def _send_events(self, send: Send) -> None:
-        """The per-token path: one `send` per event."""
         async for data in self._events:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await self._send_body(send, data, True)
+        await self._send_body(send, b"", False)
 
     async def _ping(self, send: Send) -> None:
         """A comment every interval, so that proxies see a live connection while nothing else goes."""
         assert self._ping_interval_s is not None
-        while True:
+        while not self._complete:
             await anyio.sleep(self._ping_interval_s)
-            await send({"type": "http.response.body", "body": PING, "more_body": True})
+            await self._send_body(send, PING, True)

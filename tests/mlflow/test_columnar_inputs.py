@@ -1,11 +1,15 @@
 """MLflow's columnar body formats (`inputs`, `instances`) for an llmflow model: MLflow turns them
 into a dict of numpy arrays, which the model reads as one row per element, in `predict` (N
-answers) and `predict_stream` (one row), through MLflow's own scoring server (what `mlflow models
-serve` runs) and through `llmflow serve`."""
+answers) and `predict_stream` (one row), through MLflow's own scoring server (in process, and
+`mlflow models serve` itself as a process on 127.0.0.1) and through `llmflow serve`."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 
 import httpx
 import numpy as np
@@ -17,7 +21,8 @@ from llmflow.errors import InvalidRequest
 from llmflow.mlflow.inputs import parse_rows
 from llmflow.server import ServedModel
 from llmflow.types import Message
-from tests.server.conftest import TIMEOUT_S, running, sse_events
+from tests.bench.servers import free_port
+from tests.server.conftest import TIMEOUT_S, running, sse_events, wait_healthy
 
 HI = {"role": "user", "content": "Hi"}
 YO = {"role": "user", "content": "Yo"}
@@ -77,6 +82,27 @@ def monkeypatch_module():
 
 
 @pytest.fixture(scope="module")
+def mlflow_models_serve(logged):
+    """`mlflow models serve` itself, in its own process group on 127.0.0.1, on the logged model."""
+    url = f"http://127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", logged.model_uri,
+               "--env-manager", "local", "--host", "127.0.0.1", "--port", url.rsplit(":", 1)[1]]  # fmt: skip
+    # it runs `uvicorn` by name: the one beside this Python, whether or not its folder is on PATH
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    env = {**os.environ, "MLFLOW_TRACKING_URI": logged.store.uri, "PATH": path}
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        wait_healthy(process, url)
+        with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
+            yield client
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
 def llmflow_serve(loaded):
     with (
         running(ServedModel.from_pyfunc(loaded, "smollm2")) as server,
@@ -86,7 +112,7 @@ def llmflow_serve(loaded):
 
 
 @pytest.mark.parametrize("name", BODIES)
-@pytest.mark.parametrize("server", ["mlflow_serve", "llmflow_serve"])
+@pytest.mark.parametrize("server", ["mlflow_serve", "mlflow_models_serve", "llmflow_serve"])
 def test_each_body_format_answers_every_row(request, server, name):
     body, rows = BODIES[name]
     http = request.getfixturevalue(server)

@@ -20,30 +20,14 @@ import pytest
 
 from tests.extras import need
 from tests.server.conftest import TIMEOUT_S
+from tests.server.tool_schemas import SCHEMAS, TIME, WEATHER
 
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 20},
-        "unit": {"enum": ["celsius", "fahrenheit"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "unit", "days"],
-    "additionalProperties": False,
-}
-TIME = {
-    "type": "object",
-    "properties": {"timezone": {"type": "string", "pattern": "^[A-Z][a-z]{1,12}/[A-Z][a-z]{1,12}$"}},
-    "required": ["timezone"],
-    "additionalProperties": False,
-}
 TOOLS = [
     {"type": "function", "name": "get_weather", "description": "Weather forecast", "parameters": WEATHER,
      "strict": True},
     {"type": "function", "name": "get_time", "description": "Time in a timezone", "parameters": TIME,
      "strict": True},
 ]  # fmt: skip
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 QUESTION = "What is the weather in Osaka for the next 3 days?"
 CITY = {
     "type": "object",

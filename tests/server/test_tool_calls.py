@@ -13,22 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 20},
-        "unit": {"enum": ["celsius", "fahrenheit"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "unit", "days"],
-    "additionalProperties": False,
-}
-TIME = {
-    "type": "object",
-    "properties": {"timezone": {"type": "string", "pattern": "^[A-Z][a-z]+/[A-Z][a-z]+$"}},
-    "required": ["timezone"],
-    "additionalProperties": False,
-}
+from tests.server.tool_schemas import SCHEMAS, TIME, WEATHER
+
 TOOLS = [
     {
         "type": "function",
@@ -39,7 +25,6 @@ TOOLS = [
         "function": {"name": "get_time", "description": "Time in a timezone", "parameters": TIME},
     },
 ]
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 MESSAGES = [{"role": "user", "content": "What is the weather in Osaka for the next 3 days?"}]
 
 
