@@ -94,11 +94,8 @@ class UnknownModel(ModelNotFound):
     def __init__(self, name: str, served: list[str]):
         self.name = name
         self.served = served
-        super().__init__(f"the model {name!r} is not served here; this server serves {_names(served)}")
-
-
-def _names(names: list[str]) -> str:
-    return ", ".join(repr(name) for name in names)
+        serves = ", ".join(repr(model) for model in served)
+        super().__init__(f"the model {name!r} is not served here; this server serves {serves}")
 
 
 class UnknownEngine(LlmflowError):

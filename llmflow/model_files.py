@@ -44,3 +44,9 @@ def resolve_model_path(model: str | Path | None) -> Path:
     if not path.exists():
         raise ModelNotFound(f"no model file or directory at {str(path)!r}")
     return path
+
+
+def model_name_of(path: Path) -> str:
+    """The name a model goes by when it is given as a weights file: the file's name, without
+    `.gguf`."""
+    return path.name.removesuffix(".gguf")

@@ -23,6 +23,7 @@ from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
 from llmflow.engines.logprobs import scored
 from llmflow.engines.openmp import release_thread_team
 from llmflow.errors import EngineUnavailable, ModelNotFound
+from llmflow.model_files import model_name_of
 from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
@@ -216,7 +217,7 @@ class LlamaCppEngine(VocabMethods, Engine):
 
     @property
     def model_name(self) -> str:
-        return self._model_path.name.removesuffix(".gguf")
+        return model_name_of(self._model_path)
 
     @property
     def n_ctx(self) -> int:

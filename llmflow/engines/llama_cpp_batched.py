@@ -39,6 +39,7 @@ from llmflow.engines.logprobs import scored
 from llmflow.engines.openmp import release_thread_team
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
 from llmflow.errors import EngineFailed, InvalidParams, ModelNotFound
+from llmflow.model_files import model_name_of
 from llmflow.params import SamplingParams
 from llmflow.types import CancelToken
 
@@ -194,7 +195,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
 
     @property
     def model_name(self) -> str:
-        return self._model_path.name.removesuffix(".gguf")
+        return model_name_of(self._model_path)
 
     @property
     def max_concurrency(self) -> int:

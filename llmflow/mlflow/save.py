@@ -24,7 +24,7 @@ from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
 from llmflow.mlflow.requirements import default_requirements
 from llmflow.mlflow.signature import INPUT_EXAMPLE, OUTPUT_PARAMS, build_signature
 from llmflow.mlflow.weights import copy_weights
-from llmflow.model_files import resolve_model_path
+from llmflow.model_files import model_name_of, resolve_model_path
 from llmflow.prompts import ChatTemplate, PromptMap
 
 #: the default interface: `{"prompt"}` / `{"messages"}` in, `{"content"}` chunk dicts out
@@ -80,7 +80,7 @@ def model_source(
     spec = ModelSpec.parse(
         {
             "llmflow_version": __version__,
-            "model_name": weights.name.removesuffix(".gguf"),
+            "model_name": model_name_of(weights),
             "engine": engine,
             "engine_options": dict(engine_options or {}),
             "chat_template": chat_template,

@@ -63,9 +63,9 @@ class ModelConfig(BaseModel):
         ref = parse_model_ref(self.model)
         if ref.logged:
             return ref.name
-        from llmflow.model_files import resolve_model_path
+        from llmflow.model_files import model_name_of, resolve_model_path
 
-        return resolve_model_path(ref.location).name.removesuffix(".gguf")
+        return model_name_of(resolve_model_path(ref.location))
 
 
 def check_unique(names: Iterable[str]) -> None:

@@ -173,13 +173,19 @@ class ModelRegistry:
         if limit is None:
             return
         loaded = [s for s in self._slots.values() if s is not keep and (s.state or s.loading)]
-        for victim in sorted((s for s in loaded if s.unloadable), key=lambda s: s.last_used):
-            if len(loaded) < limit:
-                return
-            self.unload(victim)
-            loaded.remove(victim)
-        if len(loaded) >= limit:
+        if self._unload_down_to(loaded, limit - 1) >= limit:
             logger.warning("loading %r beyond --max-loaded %d: every other model is in use", keep.name, limit)
+
+    def _unload_down_to(self, loaded: list[ModelSlot], count: int) -> int:
+        """Unload idle ones of `loaded`, the least recently used first, until `count` are left
+        (or no idle one is); how many are left."""
+        left = len(loaded)
+        for victim in sorted((s for s in loaded if s.unloadable), key=lambda s: s.last_used):
+            if left <= count:
+                break
+            self.unload(victim)
+            left -= 1
+        return left
 
     def unload(self, slot: ModelSlot) -> None:
         """Free an idle model's memory; it loads again at its next request."""
@@ -188,10 +194,7 @@ class ModelRegistry:
             return
         logger.info("unloading %r", slot.name)
         self.metrics.unloads.labels(slot.name).inc()
-        if state._executor is not None:
-            state._executor.shutdown(wait=False)  # idle: every worker has finished
-        if state.served.llm is not None:
-            state.served.llm.close()
+        state.close()
 
     def reap(self, now: float | None = None) -> None:
         """Unload what has been idle for `idle_unload_s`, and idle models beyond `max_loaded`."""
@@ -201,15 +204,9 @@ class ModelRegistry:
             for slot in list(self._slots.values()):
                 if slot.unloadable and now - slot.last_used >= idle_s:
                     self.unload(slot)
-        limit = self.settings.max_loaded
-        loaded = [s for s in self._slots.values() if s.state is not None]
-        if limit is None or len(loaded) <= limit:
-            return
-        for victim in sorted((s for s in loaded if s.unloadable), key=lambda s: s.last_used):
-            self.unload(victim)
-            loaded.remove(victim)
-            if len(loaded) <= limit:
-                return
+        if self.settings.max_loaded is not None:
+            loaded = [s for s in self._slots.values() if s.state is not None]
+            self._unload_down_to(loaded, self.settings.max_loaded)
 
     async def run_reaper(self) -> None:
         """Look at idle models every so often, for as long as the server runs."""

@@ -83,6 +83,14 @@ class ModelState:
         for generation in list(self.active):
             generation.stream.stop()
 
+    def close(self) -> None:
+        """Free an idle model: its worker threads (each has finished) and its LLM."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
+        if self.served.llm is not None:
+            self.served.llm.close()
+
     async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Stop every generation (each ends within a token) and wait for the worker threads, so
         that nobody frees the model while a thread still decodes with it."""

@@ -36,20 +36,10 @@ LONG = {"prompt": "Count: 1\n2\n3\n", "regex": "[0-9\n]{3000}"}
 
 
 @pytest.fixture(scope="module")
-def two() -> Iterator[BackgroundServer]:
-    with running([SOLO, BATCH]) as server:
-        yield server
-
-
-@pytest.fixture
-def http(two) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=two.url, timeout=TIMEOUT_S) as client:
-        yield client
-
-
-@pytest.fixture
-def client(two) -> OpenAI:
-    return OpenAI(base_url=f"{two.url}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT_S)
+def server() -> Iterator[BackgroundServer]:
+    """Both models in one server; conftest's `http` and `client` talk to it."""
+    with running([SOLO, BATCH]) as two:
+        yield two
 
 
 def generated(http: httpx.Client) -> dict[str, float]:
