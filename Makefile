@@ -14,7 +14,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-TEST_EXTRAS := test,bench,compare,transformers,spark,gateway
+TEST_EXTRAS := test,bench,compare,transformers,spark,gateway,ray
 # prints a line whenever a step has been quiet for a few seconds (pip is, while it installs torch)
 HEARTBEAT := $(PYTHON) scripts/heartbeat.py
 

@@ -123,6 +123,16 @@ class EngineFailed(LlmflowError):
         super().__init__(message)
 
 
+class ReplicaLost(LlmflowError):
+    """The Ray Serve replica serving a request stopped (it died or was removed) before the
+    answer was complete. Ray Serve starts a new one; the request may be sent again."""
+
+    code = "replica_lost"
+
+    def __init__(self, detail: str):
+        super().__init__(f"the model replica serving this request stopped: {detail}")
+
+
 class BatchFileError(LlmflowError):
     """A batch input or output llmflow cannot use: an unknown format, no prompt column, an
     output that exists already."""

@@ -13,6 +13,7 @@ from llmflow.cli.common import exit_on_llmflow_error
 from llmflow.errors import FieldProblem, InvalidParams
 
 if TYPE_CHECKING:
+    from llmflow.ray.scaling import Scaling
     from llmflow.server import ServerSettings
     from llmflow.server.model_config import ModelConfig
 
@@ -148,6 +149,39 @@ def serve(
         ),
     ] = "parsed",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    on_ray: Annotated[
+        bool,
+        typer.Option(
+            "--ray",
+            help="serve on Ray Serve: model replicas behind Ray's HTTP proxy, each running this "
+            "server's routes (needs the 'ray' extra)",
+        ),
+    ] = False,
+    replicas: Annotated[
+        int | None, typer.Option(min=1, help="with --ray: model replicas (default 1)", show_default=False)
+    ] = None,
+    autoscale: Annotated[
+        str | None,
+        typer.Option(
+            help="with --ray: MIN:MAX replicas, added and removed by Ray Serve on requests in progress",
+            show_default=False,
+        ),
+    ] = None,
+    target_ongoing_requests: Annotated[
+        float, typer.Option(help="with --autoscale: requests in progress per replica to aim at")
+    ] = 2.0,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="with --ray: the Ray cluster to join (default: the one running here, else a new local one)",
+            show_default=False,
+        ),
+    ] = None,
+    cpus_per_replica: Annotated[
+        float | None,
+        typer.Option(help="with --ray: CPUs per replica (default: --threads, else 1)", show_default=False),
+    ] = None,
+    gpus_per_replica: Annotated[float, typer.Option(help="with --ray: GPUs per replica")] = 0.0,
 ) -> None:
     """Serve MODEL (or several) over HTTP with token streaming: /v1/chat/completions,
     /v1/completions, /invocations (with "stream": true), /health, /metrics."""
@@ -184,6 +218,24 @@ def serve(
             "threads": threads,
         }
         configs = model_configs(model or [], config, model_name, defaults)
+        ray_options = {
+            "replicas": replicas,
+            "autoscale": autoscale,
+            "ray_address": ray_address,
+            "cpus_per_replica": cpus_per_replica,
+        }
+        if on_ray:
+            from llmflow.ray.launch import serve_on_ray
+
+            scaling = _scaling(
+                replicas, autoscale, target_ongoing_requests, cpus_per_replica, gpus_per_replica
+            )
+            _warn_if_exposed(host, key)
+            serve_on_ray(configs, settings, scaling, ray_address, lambda line: typer.secho(line, err=True))
+            return
+        for option, value in ray_options.items():
+            if value is not None:
+                raise InvalidParams.single(option.replace("_", "-"), "needs --ray")
         app = create_app(configs, settings)
     _warn_if_exposed(host, key)
     where = f"http://{host}:{port}"
@@ -245,6 +297,29 @@ def _settings(**values: Any) -> ServerSettings:
             option = _OPTION_OF_FIELD.get(field, "--" + field.replace("_", "-"))
             problems.append(FieldProblem(option, error["msg"].lower()))
         raise InvalidParams(problems) from None
+
+
+def _scaling(
+    replicas: int | None, autoscale: str | None, target: float, cpus: float | None, gpus: float
+) -> Scaling:
+    from pydantic import ValidationError
+
+    from llmflow.ray.scaling import Scaling, parse_autoscale
+
+    if replicas is not None and autoscale is not None:
+        raise InvalidParams.single("replicas", "give --replicas or --autoscale, not both")
+    low, high = parse_autoscale(autoscale) if autoscale is not None else (None, None)
+    try:
+        return Scaling(
+            replicas=replicas,
+            min_replicas=low,
+            max_replicas=high,
+            target_ongoing_requests=target,
+            cpus_per_replica=cpus,
+            gpus_per_replica=gpus,
+        )
+    except ValidationError as exc:
+        raise InvalidParams.single("autoscale", exc.errors()[0]["msg"].lower()) from None
 
 
 def _read_api_key(api_key: str | None, api_key_file: Path | None) -> str | None:

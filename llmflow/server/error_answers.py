@@ -27,6 +27,7 @@ from llmflow.errors import (
     ModelNotFound,
     QueueFull,
     QueueTimeout,
+    ReplicaLost,
     RequestReadTimeout,
     RequestTimeout,
     RequestTooLarge,
@@ -52,6 +53,7 @@ ERROR_TABLE: dict[type[LlmflowError], tuple[int, str]] = {
     QueueTimeout: (503, "overloaded_error"),
     TooManyConnections: (503, "overloaded_error"),
     EngineUnavailable: (503, "server_error"),
+    ReplicaLost: (503, "server_error"),
     RequestTimeout: (504, "timeout_error"),
     LlmflowError: (500, "server_error"),
 }
@@ -129,6 +131,25 @@ def error_response_for(path: str, error: LlmflowError) -> JSONResponse:
 def sse_error_event(error: BaseException) -> bytes:
     """An error after streaming began: one SSE event in OpenAI's error shape (then [DONE])."""
     return b"data: " + json.dumps(internal_error_body(error), ensure_ascii=False).encode() + b"\n\n"
+
+
+#: the routes that stream the Responses API's events, whose clients read its `error` event
+RESPONSES_PATHS = ("/v1/responses", "/responses")
+
+
+def sse_error_event_for(path: str, error: LlmflowError) -> bytes:
+    """An error after the stream of `path` began, as the event its clients read: the Responses
+    API's `error` event on its routes, OpenAI's error object elsewhere."""
+    if path not in RESPONSES_PATHS:
+        return sse_error_event(error)
+    detail = llmflow_error_body(error)["error"]
+    payload = {
+        "type": "error",
+        "code": detail["code"],
+        "message": detail["message"],
+        "param": detail["param"],
+    }
+    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
 
 
 def validation_problems(exc: RequestValidationError) -> list[FieldProblem]:

@@ -1,0 +1,65 @@
+"""`llmflow serve --ray`: the command starts a local Ray cluster, serves through Ray's proxy,
+and stops everything on Ctrl-C; bad scaling options are refused before anything starts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from openai import OpenAI
+from typer.testing import CliRunner
+
+from llmflow.cli import app as cli
+from llmflow.server.model_config import ModelConfig
+from tests.ray.conftest import free_port
+from tests.server.conftest import TIMEOUT_S, wait_healthy
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--replicas", "2"], "needs --ray"),
+        (["--autoscale", "1:2"], "needs --ray"),
+        (["--ray-address", "auto"], "needs --ray"),
+        (["--ray", "--autoscale", "3:1"], "MIN:MAX"),
+        (["--ray", "--autoscale", "two"], "MIN:MAX"),
+        (["--ray", "--replicas", "2", "--autoscale", "1:2"], "not both"),
+        (["--ray", "--replicas", "0"], "--replicas"),
+    ],
+)
+def test_bad_ray_options_are_refused_before_anything_starts(options, says):
+    result = CliRunner().invoke(cli, ["serve", *options])
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+
+
+def test_llmflow_serve_on_ray_streams_and_stops_on_ctrl_c():
+    port = free_port()
+    command = [sys.executable, "-m", "llmflow", "serve", "--ray", "--replicas", "1", "--threads", "1"]
+    command += ["--port", str(port), "--api-key", "secret"]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(process, url)
+        client = OpenAI(base_url=f"{url}/v1", api_key="secret", max_retries=0, timeout=TIMEOUT_S)
+        stream = client.completions.create(
+            model=ModelConfig().expected_name(), prompt="1, 2, 3,", max_tokens=8, stream=True
+        )
+        assert len([chunk for chunk in stream if chunk.choices]) >= 2
+        wrong_key = OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0, timeout=TIMEOUT_S)
+        with pytest.raises(Exception, match="401"):
+            wrong_key.models.list()  # the replicas' own key check, through the proxy
+
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=120)
+        assert process.returncode == 0, output
+        assert "serving on Ray Serve" in output
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
