@@ -374,11 +374,81 @@ def constraints(d: Result) -> str:
     )
 
 
+#: the GPU result the Ray Serve estimate scales from: llmflow serve, an 8B model, one H200
+RAY_ESTIMATE_SOURCE = "llama_cpp_gpu_h200_run2.json"
+RAY_TARGETS = {
+    "serve-2t": "llmflow serve, 2 threads",
+    "serve-1t": "llmflow serve, 1 thread",
+    "ray-1x1t": "Ray Serve, 1 replica x 1 thread",
+    "ray-2x1t": "Ray Serve, 2 replicas x 1 thread",
+}
+
+
+def ray(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    header = ["target", *(f"tok/s at {level}" for level in s["levels"]), "TTFT p50 ms at c=1"]
+    rows = []
+    for target, label in RAY_TARGETS.items():
+        cells = [med(s["levels"][level][target]["output_tok_s"]) for level in s["levels"]]
+        rows.append([label, *cells, med(s["levels"]["c=1"][target]["ttft_p50_s"], 0, 1000)])
+    r = s["ratios"]
+    ratio_rows = [
+        ["1 stream, Ray 1x1t / serve 1 thread (the proxy's cost)",
+         f"**{med(r['proxy_tok_s_ratio_1_stream'], 3)}** (target >= 0.95)"],
+        ["1 stream, TTFT Ray 1x1t - serve 1 thread", f"{med(r['proxy_ttft_delta_s_1_stream'], 1, 1000)} ms"],
+        ["1 stream, Ray 1x1t / serve 2 threads", med(r["ray_1x1t_over_serve_2t_1_stream"], 3)],
+        *[[f"{level}, Ray 2x1t / serve 2 threads", med(r[f"ray_2x1t_over_serve_2t_{level}"], 2)]
+          for level in s["levels"]],
+    ]  # fmt: skip
+    relay = s["relay_cpu_us_per_token"]
+    intro = (
+        f"{c['model']}, chat, {c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy, "
+        f"`--parallel {c['parallel']}` everywhere; Ray {c['ray']}; {c['rounds']} rounds, targets rotated; "
+        "output tok/s, median (min-max over rounds).\n\n"
+    )
+    cpu = (
+        f"\nCPU that relaying one streamed token costs (this CPU): Ray's HTTP proxy "
+        f"{med(relay['proxy'], 0)} µs, llmflow's ingress {med(relay['ingress'], 0)} µs.\n"
+    )
+    return (
+        intro + table(header, rows) + "\n" + table(["ratio, round by round", "value"], ratio_rows) + cpu
+        + ray_estimate(relay)
+    )  # fmt: skip
+
+
+def ray_estimate(relay: dict[str, dict | None]) -> str:
+    """Replicas and machines for 100 and 10,000 concurrent streams of an 8B model on H200s, from
+    the GPU run's largest measured concurrency and this run's relay cost."""
+    path = REPO / "benchmarks" / "results" / RAY_ESTIMATE_SOURCE
+    gpu = json.loads(path.read_text(encoding="utf-8"))
+    levels = gpu["models"]["f16"]["servers"]["llmflow"]
+    level = max(levels, key=int)
+    streams_per_gpu, aggregate = int(level), levels[level]["output_tok_s"]
+    per_stream = aggregate / streams_per_gpu
+    relay_us = sum((relay[name] or {}).get("median", 0.0) for name in ("proxy", "ingress"))
+    rows = []
+    for streams in (100, 10_000):
+        replicas = -(-streams // streams_per_gpu)
+        relay_cores = streams * per_stream * relay_us / 1e6
+        rows.append([f"{streams:,}", f"{replicas:,}", f"{-(-replicas // 8):,}", num(relay_cores, 1)])
+    return (
+        f"\n**Paper estimate** for an 8B model (f16) on H200s, one replica per GPU: the GPU run "
+        f"(`benchmarks/results/{RAY_ESTIMATE_SOURCE}`) measured llmflow serve at {streams_per_gpu} "
+        f"concurrent streams on one H200 at {num(aggregate, 0)} tok/s in all, {num(per_stream, 0)} tok/s a "
+        f"stream; relaying costs {num(relay_us, 0)} µs of CPU a token (proxy + ingress, above). Streams "
+        "beyond the measured concurrency are not assumed to fit on a GPU.\n\n"
+        + table(
+            ["concurrent streams", "replicas (H200s)", "8-GPU machines", "CPU cores for proxy + ingress"],
+            rows,
+        )
+    )
+
+
 RENDERERS: dict[str, Callable[[Result], str]] = {
     "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "server_cpu": server_cpu,
     "batching": batching, "step_shapes": step_shapes, "peers": peers, "spark": spark,
     "surface": surface, "soak": soak, "load": soak, "constraint_libraries": constraint_libraries,
-    "constraints": constraints,
+    "constraints": constraints, "ray": ray,
 }  # fmt: skip
 
 

@@ -103,6 +103,12 @@ SUITE: tuple[Benchmark, ...] = (
         "decode tok/s with a JSON Schema constraint against unconstrained, both llama.cpp engines",
     ),
     Benchmark(
+        "ray", "benchmarks.bench_ray",
+        ("--rounds", "3", "--max-tokens", "64"),
+        ("--rounds", "1", "--concurrency", "1,4", "--max-tokens", "16", "--requests", "4"),
+        "Ray Serve with 1 and 2 replicas against llmflow serve: the proxy's cost and the replicas' gain",
+    ),
+    Benchmark(
         "constraint_libraries", "benchmarks.bench_constraint_libraries",
         ("--per-dataset", "10"), ("--per-dataset", "3"),
         "llguidance, xgrammar, outlines-core on a JSONSchemaBench sample (needs the constraint-compare "
