@@ -182,6 +182,16 @@ def serve(
         typer.Option(help="with --ray: CPUs per replica (default: --threads, else 1)", show_default=False),
     ] = None,
     gpus_per_replica: Annotated[float, typer.Option(help="with --ray: GPUs per replica")] = 0.0,
+    ray_metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="with --ray: each replica's /metrics also on this port + its rank on its node, for "
+            "Prometheus to scrape every replica",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve MODEL (or several) over HTTP with token streaming: /v1/chat/completions,
     /v1/completions, /invocations (with "stream": true), /health, /metrics."""
@@ -223,6 +233,7 @@ def serve(
             "autoscale": autoscale,
             "ray_address": ray_address,
             "cpus_per_replica": cpus_per_replica,
+            "ray_metrics_port": ray_metrics_port,
         }
         if on_ray:
             from llmflow.ray.launch import serve_on_ray
@@ -231,7 +242,8 @@ def serve(
                 replicas, autoscale, target_ongoing_requests, cpus_per_replica, gpus_per_replica
             )
             _warn_if_exposed(host, key)
-            serve_on_ray(configs, settings, scaling, ray_address, lambda line: typer.secho(line, err=True))
+            announce = lambda line: typer.secho(line, err=True)  # noqa: E731
+            serve_on_ray(configs, settings, scaling, ray_address, announce, ray_metrics_port)
             return
         for option, value in ray_options.items():
             if value is not None:

@@ -50,6 +50,9 @@ class RayAppArgs(BaseModel):
     max_replicas: int | None = Field(None, ge=1)
     scaling: Scaling | None = Field(None, description="all scaling options (instead of replicas, ...)")
     server: ServerSettings = Field(default_factory=ServerSettings, description="as `llmflow serve`'s options")
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="each replica's /metrics on this port + its rank on the node"
+    )
 
 
 def build(args: dict[str, Any] | RayAppArgs) -> Any:
@@ -63,10 +66,12 @@ def build(args: dict[str, Any] | RayAppArgs) -> Any:
     scaling = args.scaling or Scaling(
         replicas=args.replicas, min_replicas=args.min_replicas, max_replicas=args.max_replicas
     )
-    return application(models, args.server, scaling)
+    return application(models, args.server, scaling, args.metrics_port)
 
 
-def application(models: list[ModelConfig], settings: ServerSettings, scaling: Scaling) -> Any:
+def application(
+    models: list[ModelConfig], settings: ServerSettings, scaling: Scaling, metrics_port: int | None = None
+) -> Any:
     """The bound application: the ingress, handed a handle to the model deployment."""
     from ray import serve
 
@@ -87,7 +92,9 @@ def application(models: list[ModelConfig], settings: ServerSettings, scaling: Sc
         max_ongoing_requests=ONGOING_UNCAPPED,
         ray_actor_options={"num_cpus": 0},
     )
-    return ingress_deployment.bind(model_deployment.bind(models, settings), settings.max_body_bytes)
+    return ingress_deployment.bind(
+        model_deployment.bind(models, settings, metrics_port), settings.max_body_bytes
+    )
 
 
 class IngressDeployment:

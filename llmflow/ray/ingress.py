@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from ray.exceptions import RayActorError, RayError
+from ray.serve.exceptions import RequestCancelledError
 from starlette.types import Message, Receive, Scope, Send
 
 from llmflow.errors import ReplicaLost
@@ -57,6 +58,8 @@ class Ingress:
                     await relay.fail(ReplicaLost(type(exc).__name__))
                     return
                 logger.warning("a model replica died before answering; sending the request to another")
+            except RequestCancelledError:
+                return  # the client left: nobody to answer
             except RayError as exc:
                 await relay.fail(ReplicaLost(f"{type(exc).__name__}: {exc}"))
                 return

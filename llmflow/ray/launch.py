@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +37,7 @@ def serve_on_ray(
     scaling: Scaling,
     address: str | None,
     announce: Callable[[str], None],
+    metrics_port: int | None = None,
 ) -> None:
     """Serve `models` on Ray Serve at the settings' host and port until interrupted. Joins the
     cluster at `address` (or the one `ray start` left on this machine); else starts a local one,
@@ -45,28 +48,35 @@ def serve_on_ray(
 
     from llmflow.ray.app import application
 
-    app = application(models, settings, scaling)
+    app = application(models, settings, scaling, metrics_port)
     joined = _connect(ray, address)
-    serve.start(
-        http_options={
-            "host": settings.host,
-            "port": settings.port,
-            "keep_alive_timeout_s": settings.keep_alive_timeout_s,
-        }
-    )
-    serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
-    where = f"http://{settings.host}:{settings.port}"
-    announce(f"serving on Ray Serve at {where} (OpenAI base URL {where}/v1); Ctrl-C stops it")
+    signal.signal(signal.SIGTERM, _stop)  # after ray.init, which sets a handler that skips cleanup
     try:
+        serve.start(
+            http_options={
+                "host": settings.host,
+                "port": settings.port,
+                "keep_alive_timeout_s": settings.keep_alive_timeout_s,
+            }
+        )
+        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        where = f"http://{settings.host}:{settings.port}"
+        announce(f"serving on Ray Serve at {where} (OpenAI base URL {where}/v1); Ctrl-C stops it")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
-        pass
+        announce("stopping")
     finally:
-        serve.delete(APP_NAME)
+        with contextlib.suppress(Exception):  # not deployed yet, or the cluster is gone
+            serve.delete(APP_NAME)
         if not joined:
             serve.shutdown()
             ray.shutdown()
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM stops the server as Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 def _connect(ray: Any, address: str | None) -> bool:

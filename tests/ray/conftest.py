@@ -26,6 +26,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_port_pair() -> int:
+    """A free port whose successor is free too (a base port for two replicas' metrics)."""
+    while True:
+        base = free_port()
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", base + 1))
+            except OSError:
+                continue
+        return base
+
+
 @pytest.fixture(scope="package")
 def ray_serve() -> Iterator[str]:
     """Ray (4 logical CPUs: two replicas and headroom) and Serve's HTTP proxy; its base URL."""

@@ -1,5 +1,5 @@
 """`llmflow serve --ray`: the command starts a local Ray cluster, serves through Ray's proxy,
-and stops everything on Ctrl-C; bad scaling options are refused before anything starts."""
+and stops everything on Ctrl-C or SIGTERM; bad scaling options are refused before anything starts."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def test_bad_ray_options_are_refused_before_anything_starts(options, says):
     assert says in result.output
 
 
-def test_llmflow_serve_on_ray_streams_and_stops_on_ctrl_c():
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_llmflow_serve_on_ray_streams_and_stops_on_a_signal(stop):
     port = free_port()
     command = [sys.executable, "-m", "llmflow", "serve", "--ray", "--replicas", "1", "--threads", "1"]
     command += ["--port", str(port), "--api-key", "secret"]
@@ -55,10 +56,10 @@ def test_llmflow_serve_on_ray_streams_and_stops_on_ctrl_c():
         with pytest.raises(Exception, match="401"):
             wrong_key.models.list()  # the replicas' own key check, through the proxy
 
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         output, _ = process.communicate(timeout=120)
         assert process.returncode == 0, output
-        assert "serving on Ray Serve" in output
+        assert "stopping" in output
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)

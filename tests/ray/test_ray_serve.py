@@ -18,7 +18,14 @@ from llmflow.ray.app import MODEL_NAME
 from llmflow.ray.launch import APP_NAME
 from llmflow.ray.replica import REPLICA_HEADER
 from llmflow.server.model_config import ModelConfig
-from tests.ray.conftest import THREADS, metrics_by_replica, replica_count, served_requests, wait_for
+from tests.ray.conftest import (
+    THREADS,
+    free_port_pair,
+    metrics_by_replica,
+    replica_count,
+    served_requests,
+    wait_for,
+)
 from tests.server.conftest import TIMEOUT_S, metric, running, sse_events
 
 MODEL = ModelConfig().expected_name()
@@ -26,9 +33,12 @@ QUESTION = [{"role": "user", "content": "Name three colors."}]
 COUNTING = {"model": MODEL, "prompt": "1, 2, 3, 4, 5,", "temperature": 0}
 
 
+METRICS_PORT = free_port_pair()
+
+
 @pytest.fixture(scope="module")
 def two_replicas(deploy) -> str:
-    return deploy(replicas=2)
+    return deploy(replicas=2, metrics_port=METRICS_PORT)
 
 
 @pytest.fixture
@@ -57,9 +67,14 @@ def test_concurrent_streams_are_spread_over_both_replicas(two_replicas, http):
     served_by = collections.Counter(replica for replica, _ in answers)
     assert set(served_by) == set(before), served_by  # both replicas took a share
     after = metrics_by_replica(http, 2)
+    path = "/v1/chat/completions"
     for replica, count in served_by.items():  # and each counts exactly its own
-        path = "/v1/chat/completions"
         assert served_requests(after[replica], path) - served_requests(before[replica], path) == count
+    # the same counts on each replica's own metrics port, as Prometheus would scrape them
+    scraped = [httpx.get(f"http://127.0.0.1:{METRICS_PORT + rank}/metrics").text for rank in (0, 1)]
+    assert sorted(served_requests(text, path) for text in scraped) == sorted(
+        served_requests(text, path) for text in after.values()
+    )
 
 
 def test_openai_client_streams_through_rays_proxy_with_usage_as_llmflow_serve_answers(two_replicas):
