@@ -4,11 +4,14 @@ and stops everything on Ctrl-C or SIGTERM; bad scaling options are refused befor
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from openai import OpenAI
 from typer.testing import CliRunner
 
@@ -60,6 +63,61 @@ def test_llmflow_serve_on_ray_streams_and_stops_on_a_signal(stop):
         output, _ = process.communicate(timeout=120)
         assert process.returncode == 0, output
         assert "stopping" in output
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def readme_serve_config() -> dict:
+    """The `serve run` / `serve deploy` config file the README shows."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```yaml\n(# serve_config\.yaml.*?)```", text, re.DOTALL)
+    assert block, "the README's serve_config.yaml example"
+    return yaml.safe_load(block.group(1))
+
+
+def test_the_readmes_serve_config_is_a_valid_ray_serve_config():
+    from ray.serve.schema import ServeDeploySchema
+
+    from llmflow.ray.app import RayAppArgs
+
+    config = ServeDeploySchema.parse_obj(readme_serve_config())
+    (app,) = config.applications
+    assert app.import_path == "llmflow.ray:build"
+    RayAppArgs.model_validate(app.args)
+
+
+def test_serve_run_with_the_readmes_config_serves_and_stops(tmp_path):
+    config = readme_serve_config()
+    port = free_port()
+    config["http_options"] = {"host": "127.0.0.1", "port": port}
+    args = config["applications"][0]["args"]
+    del args["model"]  # the embedded model, on one replica of one thread
+    args.update(threads=1, min_replicas=1, max_replicas=1)
+    path = tmp_path / "serve_config.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    serve = Path(sys.executable).with_name("serve")
+    process = subprocess.Popen(
+        [str(serve), "run", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(process, url)
+        client = OpenAI(
+            base_url=f"{url}/v1", api_key=args["server"]["api_key"], max_retries=0, timeout=TIMEOUT_S
+        )
+        answer = client.completions.create(
+            model=ModelConfig().expected_name(), prompt="1, 2, 3,", max_tokens=4
+        )
+        assert answer.usage.completion_tokens >= 1
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=120)
+        assert process.returncode == 0, output[-3000:]
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
