@@ -105,6 +105,31 @@ def test_openai_client_streams_through_rays_proxy_with_usage_as_llmflow_serve_an
     assert ray_usage.prompt_tokens == local_usage.prompt_tokens
 
 
+def test_invocations_structured_output_and_errors_behave_as_llmflow_serves(two_replicas, http):
+    streamed = http.post("/invocations", json={"prompt": "Hi", "max_tokens": 6, "stream": True})
+    assert streamed.status_code == 200
+    events = sse_events(streamed.text)
+    assert events[-1] == "[DONE]" and "content" in json.loads(events[0])
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Give a number as JSON."}],
+        "max_tokens": 40,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
+    }
+    answer = http.post("/v1/chat/completions", json=body)
+    assert answer.status_code == 200, answer.text
+    choice = answer.json()["choices"][0]
+    if choice["finish_reason"] == "stop":
+        assert isinstance(json.loads(choice["message"]["content"])["n"], int)
+
+    bad = http.post("/v1/chat/completions", json={"model": MODEL, "messages": QUESTION, "temperature": -1})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == "temperature"
+    assert http.post("/v1/chat/completions", json={"model": "nope", "messages": QUESTION}).status_code == 404
+
+
 def test_a_client_that_disconnects_frees_its_sequence_on_the_replica_that_served_it(two_replicas, http):
     before = metrics_by_replica(http, 2)
     with httpx.Client(base_url=two_replicas, timeout=TIMEOUT_S) as client:
