@@ -7,6 +7,8 @@
 #   run_h200.sh conformance WORK LOGDIR  # tests/conformance on the GPU, the SmolLM2 shape standing in
 #                                        # for the embedded model
 #   run_h200.sh bench WORK OUT.json [ARGS...]  # benchmarks/gpu/bench_llama_cpp_gpu.py
+#   run_h200.sh engines WHEELS WORK LOGDIR  # the transformers and ExLlamaV2 engines' GPU tests (their
+#                                        # conformance, structured output, logprobs); needs no build
 #
 # SRC: the stripped llama-cpp-python sdist (build_llama_cpp.sh strip); TOKENIZER: the JSON of
 # make_gguf.py tokenizer. Expects PYTHONPATH to hold this checkout and any carried wheels.
@@ -52,6 +54,17 @@ case $1 in
             --junitxml "$logs/conformance.xml" 2>&1 | tee "$logs/conformance.log"
         python3 -m pytest tests/engines/test_llama_cpp_options.py tests/engines/test_scheduler.py -q \
             -p no:cacheprovider 2>&1 | tail -n 3 | tee -a "$logs/conformance.log"
+        ;;
+    engines)
+        wheels=$2 work=$3 logs=$4
+        # the image's torch stays; llmflow's own dependencies and pinned versions go first on the path
+        python3 -m pip install --quiet --no-deps --no-index --target "$work/site" "$wheels"/*.whl
+        export PYTHONPATH="$root:$work/site${PYTHONPATH:+:$PYTHONPATH}"
+        cd "$root"
+        python3 -m pytest tests/engines/test_transformers_gpu.py tests/engines/test_exllamav2.py \
+            tests/engines/test_transformers.py tests/constraints/test_transformers_constrained.py \
+            tests/conformance -k "not llama_cpp" -q -rs -p no:cacheprovider \
+            --junitxml "$logs/engines.xml" 2>&1 | tee "$logs/engines.log"
         ;;
     bench)
         work=$2 out=$3
