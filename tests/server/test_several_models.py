@@ -93,6 +93,7 @@ def test_an_unknown_model_is_a_404_naming_model(client, http):
         ("/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
         ("/v1/embeddings", {"input": "Hi"}),
         ("/v1/responses", {"input": "Hi"}),
+        ("/responses", {"input": [{"role": "user", "content": "Hi"}]}),
         ("/tokenize", {"content": "Hi"}),
         ("/detokenize", {"tokens": [1]}),
     ):
@@ -105,12 +106,23 @@ def test_every_route_resolves_model_the_same_way(client, http):
     for name in ("solo", "batch"):
         assert client.completions.create(model=name, prompt="Hi", max_tokens=2).model == name
         assert client.responses.create(model=name, input="Hi", max_output_tokens=2).model == name
+        agent = {"model": name, "input": [{"role": "user", "content": "Hi"}], "max_output_tokens": 2}
+        wait_until_idle(http)
+        before = generated(http)
+        answer = http.post("/responses", json=agent)  # MLflow AgentServer's route
+        assert answer.status_code == 200 and answer.json()["model"] == name
+        wait_until_idle(http)
+        assert generated(http)[name] > before[name]
         tokens = http.post("/tokenize", json={"model": name, "content": "Hello"}).json()["tokens"]
         assert http.post("/detokenize", json={"model": name, "tokens": tokens}).json() == {"content": "Hello"}
         embedded = http.post("/v1/embeddings", json={"model": name, "input": "Hi"})
         assert embedded.status_code == 400 and embedded.json()["error"]["param"] == "model"  # cannot pool
     # no model: the default one
     assert http.post("/tokenize", json={"content": "Hello"}).json()["tokens"] == tokens
+    agent = {"input": [{"role": "user", "content": "Hi"}], "max_output_tokens": 2}
+    assert http.post("/responses", json=agent).json()["model"] == "solo"
+    refused = http.post("/responses", json={**agent, "model": 7})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "model"
 
 
 def test_invocations_go_to_the_first_model_and_serving_endpoints_by_name(http):

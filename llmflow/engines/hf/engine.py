@@ -46,8 +46,8 @@ class TransformersEngine(Engine):
         self._n_ctx = _context_window(model, options, self.placement)
         self._runner: Any = None
         self._batcher: Any = None
-        #: llmflow's own decode loop scores tokens; transformers' continuous batching does not
-        self.scores_tokens = not options.continuous_batching
+        #: llmflow's own decode loop scores tokens; under continuous batching `hf.rescoring` does
+        self.scores_tokens = True
         if options.continuous_batching:
             self._start_batching()
         else:
@@ -161,7 +161,12 @@ class TransformersEngine(Engine):
                     "constraint",
                     "output constraints need the transformers engine without continuous_batching",
                 )
-            return self._batcher.generate(prompt_ids, params, limit, cancel)
+            tokens = self._batcher.generate(prompt_ids, params, limit, cancel)
+            if params.logprobs is None:
+                return tokens
+            from llmflow.engines.hf.rescoring import rescored
+
+            return rescored(self._model, prompt_ids, tokens, params.logprobs)
         return self._decode(prompt_ids, params, limit, cancel, constraint)
 
     def token_vocabulary(self) -> TokenVocabulary | None:
