@@ -176,6 +176,17 @@ class TransformersEngine(Engine):
             return None
         return _hf_vocabulary(self._backend, self._eos, self._model)
 
+    def memory_bytes(self) -> int | None:
+        """Parameters, buffers and the KV cache at its largest: `n_ctx` tokens for the decode
+        loop, every cache block under continuous batching (see `engines/memory.py`)."""
+        if self._model is None:
+            return None
+        from llmflow.engines.memory import torch_bytes
+
+        setup = self.batching_setup() if self._batcher is not None else None
+        kv_tokens = setup.cache_blocks() * setup.page_size if setup is not None else self._n_ctx
+        return torch_bytes(self._model, kv_tokens)
+
     def close(self) -> None:
         if self._batcher is not None:
             self._batcher.close()
