@@ -256,3 +256,16 @@ def test_logprobs_under_continuous_batching_are_the_decode_loops(tiny_dir, tiny)
         assert llm.generate(PROMPT, {"temperature": 0.0, "max_tokens": 3}).usage.completion_tokens == 3
     finally:
         llm.close()
+
+
+def test_memory_estimate_is_the_parameters_and_the_kv_cache(tiny_dir, tiny):
+    model = tiny.engine.model
+    weights = sum(p.numel() * p.element_size() for p in [*model.parameters(), *model.buffers()])
+    config = model.config
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4  # float32
+    assert tiny.engine.memory_bytes() == weights + tiny.engine.n_ctx * per_token
+    llm = LLM.load(tiny_dir, engine_options={"continuous_batching": True, "max_concurrency": 2, "n_ctx": 64})
+    try:  # every block of the paged cache: 2 sequences of 64 tokens, 32-token pages, one spare each
+        assert llm.engine.memory_bytes() == weights + 2 * (2 + 1) * 32 * per_token
+    finally:
+        llm.close()
