@@ -203,9 +203,9 @@ class ModelRegistry:
         if budget is not None and slot.memory_bytes > budget:
             self.unload(slot)
             raise too_large(slot.name, slot.memory_bytes, budget)
-        self._make_room(keep=slot)
+        self._make_room(keep=slot, warn=False)  # warned before the load already
 
-    def _make_room(self, keep: ModelSlot) -> None:
+    def _make_room(self, keep: ModelSlot, *, warn: bool = True) -> None:
         """Unload idle models, the least recently used first, until `keep` fits beside the others
         within `max_loaded` and `max_memory`; a model too large for the budget on its own is
         `ModelTooLarge`. When every other model is in use, `keep` is loaded anyway (with a
@@ -214,7 +214,7 @@ class ModelRegistry:
         limit = self.settings.max_loaded
         if limit is not None:
             others = self._unload_idle_until(others, lambda rest: len(rest) < limit)
-            if len(others) >= limit:
+            if warn and len(others) >= limit:
                 logger.warning(
                     "loading %r beyond --max-loaded %d: every other model is in use", keep.name, limit
                 )
@@ -225,7 +225,7 @@ class ModelRegistry:
             raise too_large(keep.name, keep.memory_bytes, budget)
         room = budget - keep.memory_bytes
         others = self._unload_idle_until(others, lambda rest: total_bytes(rest) <= room)
-        if total_bytes(others) > room:
+        if warn and total_bytes(others) > room:
             logger.warning(
                 "loading %r beyond --max-memory %s: the other models in use take %s",
                 keep.name,
