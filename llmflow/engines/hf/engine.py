@@ -32,6 +32,8 @@ class TransformersEngine(Engine):
     name: ClassVar[str] = "transformers"
     pip_packages: ClassVar[tuple[str, ...]] = ("torch", "transformers")
     concurrent: bool = False  # True on an instance that batches
+    #: llmflow's own decode loop scores tokens; under continuous batching `hf.rescoring` does
+    scores_tokens: ClassVar[bool] = True
 
     def __init__(self, model: Any, tokenizer: Any, options: TransformersOptions, model_name: str):
         self._model = model
@@ -46,8 +48,6 @@ class TransformersEngine(Engine):
         self._n_ctx = _context_window(model, options, self.placement)
         self._runner: Any = None
         self._batcher: Any = None
-        #: llmflow's own decode loop scores tokens; under continuous batching `hf.rescoring` does
-        self.scores_tokens = True
         if options.continuous_batching:
             self._start_batching()
         else:
