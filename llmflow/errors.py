@@ -98,6 +98,14 @@ class UnknownModel(ModelNotFound):
         super().__init__(f"the model {name!r} is not served here; this server serves {serves}")
 
 
+class ModelTooLarge(LlmflowError):
+    """A served model whose estimated memory alone is over the server's memory budget: it is
+    never loaded, so a request for it is refused at once (waiting would not help)."""
+
+    code = "model_too_large"
+    param = "model"
+
+
 class UnknownEngine(LlmflowError):
     code = "unknown_engine"
 

@@ -57,6 +57,15 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    max_memory: Annotated[
+        str | None,
+        typer.Option(
+            help="memory the loaded models may take together, e.g. 8GiB, 512MiB or 16GB (GB = 10^9 "
+            "bytes, GiB = 2^30), counted by each model's estimate (weights and KV cache); the least "
+            "recently used idle ones are unloaded to stay within it",
+            show_default=False,
+        ),
+    ] = None,
     host: Annotated[
         str, typer.Option(help="interface to bind; 0.0.0.0 exposes the server to the network")
     ] = "127.0.0.1",
@@ -220,6 +229,7 @@ def serve(
             lazy=lazy,
             max_loaded=max_loaded,
             idle_unload_s=idle_unload,
+            max_memory=_size_option("--max-memory", max_memory),
         )
         defaults = {
             "engine": engine,
@@ -332,6 +342,18 @@ def _scaling(
         )
     except ValidationError as exc:
         raise InvalidParams.single("autoscale", exc.errors()[0]["msg"].lower()) from None
+
+
+def _size_option(option: str, value: str | None) -> int | None:
+    """A size option's bytes (see `server.memory.parse_size`), a bad one named by its option."""
+    if value is None:
+        return None
+    from llmflow.server.memory import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise InvalidParams.single(option, str(exc)) from None
 
 
 def _read_api_key(api_key: str | None, api_key_file: Path | None) -> str | None:

@@ -147,6 +147,11 @@ class Engine(ABC):
         """Scheduler numbers for the server's metrics (a batching engine); None otherwise."""
         return None
 
+    def memory_bytes(self) -> int | None:
+        """What the loaded model holds, estimated (weights as loaded, the KV cache as allocated;
+        see `engines/memory.py`): what a server's `--max-memory` counts. None: cannot tell."""
+        return None
+
     @abstractmethod
     def close(self) -> None:
         """Free the model's memory."""

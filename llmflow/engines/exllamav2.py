@@ -28,6 +28,7 @@ from llmflow.constraints.matcher import TokenMatcher
 from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine, EngineOptions
 from llmflow.engines.hf_files import HfModelDir, token_vocabulary
+from llmflow.engines.logprobs import scored_tensor
 from llmflow.errors import EngineUnavailable, ModelNotFound
 from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate
@@ -120,6 +121,7 @@ class ExLlamaV2Engine(Engine):
 
     name: ClassVar[str] = "exllamav2"
     pip_packages: ClassVar[tuple[str, ...]] = ("exllamav2",)
+    scores_tokens: ClassVar[bool] = True
 
     def __init__(
         self, exl: Any, model: Any, cache: Any, tokenizer: Any, files: HfModelDir, options: ExLlamaV2Options
@@ -216,7 +218,7 @@ class ExLlamaV2Engine(Engine):
         self._prefill(prompt_ids)
         for _ in range(room):
             # Check between tokens: resuming this generator is what decodes the next one.
-            token = self._step(settings, rng, constraint)
+            token = self._step(settings, rng, constraint, params.logprobs)
             if constraint is not None:
                 constraint.advance(token)
             yield token
@@ -272,9 +274,16 @@ class ExLlamaV2Engine(Engine):
                 raise
             self._cached.extend(head[keep:])
 
-    def _step(self, settings: Any, rng: random.Random, constraint: TokenMatcher | None = None) -> int:
+    def _step(
+        self,
+        settings: Any,
+        rng: random.Random,
+        constraint: TokenMatcher | None = None,
+        logprobs: int | None = None,
+    ) -> int:
         """Feed the sequence's last token, sample the next one (from the logits the output
-        constraint allows) and append it."""
+        constraint allows) and append it. With `logprobs`, it comes as a `ScoredToken` scored
+        from the raw logits (before the mask and the sampler's filters), as on every engine."""
         n = self._length
         try:
             logits = self.model.forward(self._sequence[:, n - 1 : n], self.cache)
@@ -283,6 +292,7 @@ class ExLlamaV2Engine(Engine):
             raise
         self._cached.append(self._last)
         logits = logits.float().cpu()
+        raw = logits.view(-1).clone() if logprobs is not None else None
         if constraint is not None:
             constraint.mask_torch(logits.view(-1))
         token, *_ = self._sampler.sample(
@@ -291,6 +301,8 @@ class ExLlamaV2Engine(Engine):
         self._last = token.item()
         self._sequence[0, n] = self._last
         self._length = n + 1
+        if logprobs is not None and raw is not None:
+            return scored_tensor(self._last, raw, logprobs)
         return self._last
 
 

@@ -21,6 +21,7 @@ from llmflow.engines.base import Engine, EngineOptions
 from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
 from llmflow.engines.logprobs import scored
+from llmflow.engines.memory import llama_cpp_bytes
 from llmflow.engines.openmp import release_thread_team
 from llmflow.errors import EngineUnavailable, ModelNotFound
 from llmflow.model_files import model_name_of
@@ -266,6 +267,12 @@ class LlamaCppEngine(VocabMethods, Engine):
 
         row = llama_cpp.llama_get_logits_ith(self._llama.ctx, -1)
         return np.ctypeslib.as_array(row, shape=(self.n_vocab,))
+
+    def memory_bytes(self) -> int:
+        """The weights and the context's KV cache (see `engines/memory.py`)."""
+        import llama_cpp
+
+        return llama_cpp_bytes(llama_cpp, self._llama._model.model, self.n_ctx, self.options.kv_cache_type)
 
     def close(self) -> None:
         self._embedder.close()

@@ -36,6 +36,7 @@ from llmflow.engines.llama_cpp import (
 )
 from llmflow.engines.llama_cpp_embed import lazy_embedder
 from llmflow.engines.logprobs import scored
+from llmflow.engines.memory import llama_cpp_bytes, llama_kv_bytes_per_token
 from llmflow.engines.openmp import release_thread_team
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
 from llmflow.errors import EngineFailed, InvalidParams, ModelNotFound
@@ -53,8 +54,6 @@ GPU_KV_BUDGET_BYTES = 16 << 30
 #: tokens per forward pass and per prompt chunk by default, on the CPU and on a GPU
 CPU_N_BATCH, GPU_N_BATCH = 512, 2048
 CPU_PREFILL_CHUNK, GPU_PREFILL_CHUNK = 32, 512
-#: bytes per element of each KV cache type (q8_0: 32 values and an f16 scale in 34 bytes)
-KV_ELEMENT_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
 #: what llama.cpp's Llama class uses for repetition penalties
 PENALTY_LAST_N = 64
 RANDOM_SEED = 0xFFFFFFFF
@@ -236,6 +235,10 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
     def stats(self) -> SchedulerStats:
         return self._scheduler.stats()
 
+    def memory_bytes(self) -> int:
+        """The weights and the KV cache of every sequence (see `engines/memory.py`)."""
+        return self._backend.memory_bytes(self.options.kv_cache_type)
+
     def close(self) -> None:
         self._scheduler.close()
         self._embedder.close()
@@ -270,10 +273,7 @@ def _load_model(llama_cpp: Any, path: Path, options: LlamaCppOptions, where: Pla
 
 def _kv_bytes_per_token(llama_cpp: Any, model: Any, kv_cache_type: str) -> int:
     """K and V for every layer (an estimate: some models shape their heads differently)."""
-    m = model.model
-    head_dim = llama_cpp.llama_model_n_embd(m) // max(1, llama_cpp.llama_model_n_head(m))
-    elements = 2 * llama_cpp.llama_model_n_layer(m) * llama_cpp.llama_model_n_head_kv(m) * head_dim
-    return int(elements * KV_ELEMENT_BYTES[kv_cache_type])
+    return llama_kv_bytes_per_token(llama_cpp, model.model, kv_cache_type)
 
 
 class LlamaStepBackend:
@@ -329,6 +329,10 @@ class LlamaStepBackend:
             )
         n_ctx_seq = _pad(n_ctx) if shape.kv_unified else llama_cpp.llama_n_ctx_seq(ctx)
         return cls(llama_cpp, model, ctx, shape, n_ctx_seq)
+
+    def memory_bytes(self, kv_cache_type: str) -> int:
+        kv_tokens = self._lib.llama_n_ctx(self._ctx)
+        return llama_cpp_bytes(self._lib, self._model.model, kv_tokens, kv_cache_type)
 
     def decode(self, entries: Sequence[BatchEntry]) -> list[int]:
         samples = self.fill(entries)

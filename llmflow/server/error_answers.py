@@ -25,6 +25,7 @@ from llmflow.errors import (
     InvalidRequest,
     LlmflowError,
     ModelNotFound,
+    ModelTooLarge,
     QueueFull,
     QueueTimeout,
     ReplicaLost,
@@ -43,6 +44,7 @@ ERROR_TABLE: dict[type[LlmflowError], tuple[int, str]] = {
     InvalidRequest: (400, "invalid_request_error"),  # InvalidParams, InvalidMessages
     ContextLengthExceeded: (400, "invalid_request_error"),
     ChatTemplateError: (400, "invalid_request_error"),
+    ModelTooLarge: (400, "invalid_request_error"),  # never loadable here: not worth a retry
     Unauthorized: (401, "authentication_error"),
     ModelNotFound: (404, "not_found_error"),
     UnsupportedEndpoint: (404, "not_found_error"),

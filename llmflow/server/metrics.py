@@ -59,6 +59,8 @@ class ModelLoad:
     running: int = 0
     waiting: int = 0
     engine_stats: Any = None
+    #: its estimate (weights and KV cache) while loaded; see `server/memory.py`
+    memory_bytes: int = 0
 
 
 class ServerMetrics:
@@ -197,6 +199,11 @@ class _ModelGauges(Collector):
             "waiting": GaugeMetricFamily(
                 "llmflow_num_requests_waiting", "Requests waiting for a place", labels=[MODEL]
             ),
+            "memory": GaugeMetricFamily(
+                "llmflow_model_memory_bytes",
+                "Estimated memory the model holds (weights and KV cache); 0 while not loaded",
+                labels=[MODEL],
+            ),
             "sequences": GaugeMetricFamily(
                 "llmflow_engine_sequences", "Engine sequences (KV-cache slots) in all", labels=[MODEL]
             ),
@@ -212,6 +219,7 @@ class _ModelGauges(Collector):
         for load in loads:
             name = [load.model]
             families["loaded"].add_metric(name, 1.0 if load.loaded else 0.0)
+            families["memory"].add_metric(name, load.memory_bytes)
             families["running"].add_metric(name, load.running)
             families["waiting"].add_metric(name, load.waiting)
             stats = load.engine_stats

@@ -67,6 +67,20 @@ class ModelConfig(BaseModel):
 
         return model_name_of(resolve_model_path(ref.location))
 
+    def local_path(self) -> Path | None:
+        """The weights file or model directory it loads from (the embedded model's when `model`
+        is None); None for a model in a tracking server (`models:/`, `runs:/`), not downloaded
+        until it loads."""
+        from llmflow.mlflow.model_ref import parse_model_ref
+
+        ref = parse_model_ref(self.model)
+        if not ref.logged:
+            from llmflow.model_files import resolve_model_path
+
+            return resolve_model_path(ref.location)
+        path = Path(str(ref.location))
+        return path if path.is_dir() else None
+
 
 def check_unique(names: Iterable[str]) -> None:
     """Two models of one server may not share a name: clients could reach only one of them."""

@@ -6,8 +6,10 @@ loaded, which is never unloaded), its `ModelState` while loaded, and the request
 default model, the first), loads it when it is not loaded (one load, however many requests ask
 at once) and holds it until the request's answer is over (`ModelLeases`, an ASGI middleware).
 A model that a request holds, or that runs or queues a generation, is never unloaded; idle ones
-are, the least recently used first, beyond `max_loaded`, and after `idle_unload_s` without a
-request.
+are, the least recently used first, beyond `max_loaded`, beyond the memory budget `max_memory`
+(each model counted by its estimate, see `server/memory.py`), and after `idle_unload_s` without a
+request. A model whose estimate alone is over the budget is refused (`ModelTooLarge`), at start
+or at its first request, and never loaded again.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmflow.errors import UnknownModel
+from llmflow.server.memory import format_size, loaded_bytes, too_large, weights_on_disk
 from llmflow.server.metrics import ModelLoad, ServerMetrics
 from llmflow.server.model_config import ModelConfig, check_unique
 from llmflow.server.served import ServedModel
@@ -48,6 +51,9 @@ class ModelSlot:
         self.leases = 0
         self.last_used = time.monotonic()
         self.loading: asyncio.Future[None] | None = None
+        #: what it counts for against the memory budget: its estimate at its last load, else
+        #: its weights' size on disk
+        self.memory_bytes = 0
 
     @property
     def idle(self) -> bool:
@@ -63,6 +69,11 @@ class ModelSlot:
             return self.state.served.engine_name
         return self.config.engine if self.config is not None else None
 
+    @property
+    def counted(self) -> bool:
+        """It takes memory now, or will once its load is over."""
+        return self.state is not None or self.loading is not None
+
     def gauges(self) -> ModelLoad:
         state = self.state
         if state is None:
@@ -74,7 +85,12 @@ class ModelSlot:
             running=len(state.active),
             waiting=state.admission.waiting,
             engine_stats=engine.stats() if engine is not None else None,
+            memory_bytes=self.memory_bytes,
         )
+
+
+def total_bytes(slots: Iterable[ModelSlot]) -> int:
+    return sum(slot.memory_bytes for slot in slots)
 
 
 class ModelRegistry:
@@ -91,23 +107,26 @@ class ModelRegistry:
     def build(
         cls, models: Sequence[ServedModel | ModelConfig], settings: ServerSettings, metrics: ServerMetrics
     ) -> ModelRegistry:
-        """Models handed over loaded are served as they are; configs are loaded now, unless the
-        server loads lazily (then at their first request)."""
+        """Models handed over loaded are served as they are; configs are loaded now, in order and
+        within the server's limits (unless the server loads lazily: then at their first request)."""
         slots = []
         for model in models:
             if isinstance(model, ServedModel):
-                slots.append(ModelSlot(model.name, None, ModelState.build(model, settings, metrics)))
+                slot = ModelSlot(model.name, None, ModelState.build(model, settings, metrics))
+                slot.memory_bytes = loaded_bytes(model) or 0
                 metrics.loads.labels(model.name).inc()
-            elif settings.lazy:
-                slots.append(ModelSlot(model.expected_name(), model))
             else:
-                served = model.load()
-                state = ModelState.build(served, settings, metrics, model.max_running, model.max_queue)
-                slots.append(ModelSlot(served.name, model, state))
-                metrics.loads.labels(served.name).inc()
+                slot = ModelSlot(model.expected_name(), model)
+                slot.memory_bytes = weights_on_disk(model) if settings.max_memory is not None else 0
+            slots.append(slot)
         if not slots:
             raise ValueError("a server needs at least one model")
-        return cls(slots, settings, metrics)
+        registry = cls(slots, settings, metrics)
+        if not settings.lazy:
+            for slot in slots:
+                if slot.state is None:
+                    registry._load_now(slot)
+        return registry
 
     @property
     def names(self) -> list[str]:
@@ -158,33 +177,73 @@ class ModelRegistry:
             logger.info("loading %r", slot.name)
             started = time.monotonic()
             served = await asyncio.to_thread(config.load)
-            served.name = slot.name
-            slot.state = ModelState.build(
-                served, self.settings, self.metrics, config.max_running, config.max_queue
-            )
-            self.metrics.loads.labels(slot.name).inc()
+            self._install(slot, served)
             logger.info("loaded %r in %.1f s", slot.name, time.monotonic() - started)
         finally:
             slot.loading = None
 
-    def _make_room(self, keep: ModelSlot) -> None:
-        """Unload idle models, the least recently used first, until one more fits `max_loaded`."""
-        limit = self.settings.max_loaded
-        if limit is None:
-            return
-        loaded = [s for s in self._slots.values() if s is not keep and (s.state or s.loading)]
-        if self._unload_down_to(loaded, limit - 1) >= limit:
-            logger.warning("loading %r beyond --max-loaded %d: every other model is in use", keep.name, limit)
+    def _load_now(self, slot: ModelSlot) -> None:
+        """`_load` on the caller's thread: the models a server loads at start."""
+        assert slot.config is not None
+        self._make_room(keep=slot)
+        self._install(slot, slot.config.load())
 
-    def _unload_down_to(self, loaded: list[ModelSlot], count: int) -> int:
-        """Unload idle ones of `loaded`, the least recently used first, until `count` are left
-        (or no idle one is); how many are left."""
-        left = len(loaded)
+    def _install(self, slot: ModelSlot, served: ServedModel) -> None:
+        """Serve a model just loaded; with its estimate now known, one over the budget on its own
+        is unloaded again and refused, else idle others make room for it."""
+        config = slot.config
+        assert config is not None
+        served.name = slot.name
+        slot.state = ModelState.build(
+            served, self.settings, self.metrics, config.max_running, config.max_queue
+        )
+        self.metrics.loads.labels(slot.name).inc()
+        slot.memory_bytes = loaded_bytes(served) or slot.memory_bytes
+        budget = self.settings.max_memory
+        if budget is not None and slot.memory_bytes > budget:
+            self.unload(slot)
+            raise too_large(slot.name, slot.memory_bytes, budget)
+        self._make_room(keep=slot, warn=False)  # warned before the load already
+
+    def _make_room(self, keep: ModelSlot, *, warn: bool = True) -> None:
+        """Unload idle models, the least recently used first, until `keep` fits beside the others
+        within `max_loaded` and `max_memory`; a model too large for the budget on its own is
+        `ModelTooLarge`. When every other model is in use, `keep` is loaded anyway (with a
+        warning): the limits come back as models fall idle."""
+        others = [s for s in self._slots.values() if s is not keep and s.counted]
+        limit = self.settings.max_loaded
+        if limit is not None:
+            others = self._unload_idle_until(others, lambda rest: len(rest) < limit)
+            if warn and len(others) >= limit:
+                logger.warning(
+                    "loading %r beyond --max-loaded %d: every other model is in use", keep.name, limit
+                )
+        budget = self.settings.max_memory
+        if budget is None:
+            return
+        if keep.memory_bytes > budget:
+            raise too_large(keep.name, keep.memory_bytes, budget)
+        room = budget - keep.memory_bytes
+        others = self._unload_idle_until(others, lambda rest: total_bytes(rest) <= room)
+        if warn and total_bytes(others) > room:
+            logger.warning(
+                "loading %r beyond --max-memory %s: the other models in use take %s",
+                keep.name,
+                format_size(budget),
+                format_size(total_bytes(others)),
+            )
+
+    def _unload_idle_until(
+        self, loaded: list[ModelSlot], fits: Callable[[list[ModelSlot]], bool]
+    ) -> list[ModelSlot]:
+        """Unload idle ones of `loaded`, the least recently used first, until what is left
+        `fits` (or no idle one is); what is left."""
+        left = list(loaded)
         for victim in sorted((s for s in loaded if s.unloadable), key=lambda s: s.last_used):
-            if left <= count:
+            if fits(left):
                 break
             self.unload(victim)
-            left -= 1
+            left.remove(victim)
         return left
 
     def unload(self, slot: ModelSlot) -> None:
@@ -197,20 +256,26 @@ class ModelRegistry:
         state.close()
 
     def reap(self, now: float | None = None) -> None:
-        """Unload what has been idle for `idle_unload_s`, and idle models beyond `max_loaded`."""
+        """Unload what has been idle for `idle_unload_s`, and idle models beyond `max_loaded` and
+        `max_memory` (models loaded while every other one was in use)."""
         now = time.monotonic() if now is None else now
-        idle_s = self.settings.idle_unload_s
-        if idle_s is not None:
+        settings = self.settings
+        if settings.idle_unload_s is not None:
             for slot in list(self._slots.values()):
-                if slot.unloadable and now - slot.last_used >= idle_s:
+                if slot.unloadable and now - slot.last_used >= settings.idle_unload_s:
                     self.unload(slot)
-        if self.settings.max_loaded is not None:
-            loaded = [s for s in self._slots.values() if s.state is not None]
-            self._unload_down_to(loaded, self.settings.max_loaded)
+        loaded = [s for s in self._slots.values() if s.state is not None]
+        if settings.max_loaded is not None:
+            limit = settings.max_loaded
+            loaded = self._unload_idle_until(loaded, lambda rest: len(rest) <= limit)
+        if settings.max_memory is not None:
+            budget = settings.max_memory
+            self._unload_idle_until(loaded, lambda rest: total_bytes(rest) <= budget)
 
     async def run_reaper(self) -> None:
         """Look at idle models every so often, for as long as the server runs."""
-        if self.settings.idle_unload_s is None and self.settings.max_loaded is None:
+        settings = self.settings
+        if settings.idle_unload_s is None and settings.max_loaded is None and settings.max_memory is None:
             return
         interval = min(REAP_INTERVAL_S, (self.settings.idle_unload_s or REAP_INTERVAL_S) / 4)
         while True:

@@ -76,6 +76,7 @@ _AGENT_REQUEST = {
                 "description": "MLflow's ResponsesAgentRequest; llmflow sampling params in `custom_inputs`",
                 "required": ["input"],
                 "properties": {
+                    "model": {"type": "string", "description": "a served model's name; default: the first"},
                     "input": {"type": "array", "items": {"type": "object"}},
                     "instructions": {"type": "string"},
                     "max_output_tokens": {"type": "integer"},
@@ -99,11 +100,12 @@ _AGENT_REQUEST = {
     openapi_extra={"requestBody": _AGENT_REQUEST},
 )
 async def agent_responses(request: Request) -> Response:
-    """MLflow AgentServer's route for OpenAI clients: a `ResponsesAgentRequest` (`model` is not
-    needed), answered in the Responses format; llmflow sampling params go in `custom_inputs`."""
+    """MLflow AgentServer's route for OpenAI clients: a `ResponsesAgentRequest` answered in the
+    Responses format by the model its `model` names, as every OpenAI route (none: the default
+    model, since MLflow's AgentServer needs none); llmflow sampling params go in `custom_inputs`."""
     timings = RequestTimings()
-    state = await model_for(request, None)  # the default model, as /invocations
     payload = _json_object(await request.body())
+    state = await model_for(request, _model_name(payload))
     return await answer_agent(state, request, payload, pop_stream_flag(payload), timings)
 
 
@@ -122,7 +124,7 @@ async def answer_agent(
     agent = state.served.responses_agent()
     if agent is None or agent.llm is None:
         raise UnsupportedEndpoint(f"{state.served.name!r} is not an llmflow model: it has no Responses route")
-    payload.pop("model", None)  # as MLflow's AgentServer: the server serves one model
+    payload.pop("model", None)  # resolved by the route already; the agent itself takes none
     try:
         prepared = await asyncio.to_thread(agent.prepare, payload, state.served.name)
     except Exception as exc:
@@ -173,6 +175,14 @@ def _llmflow_error(exc: Exception) -> Exception:
     if isinstance(exc, MlflowException):
         return InvalidRequest.single("body", exc.message)
     return exc
+
+
+def _model_name(payload: dict[str, Any]) -> str | None:
+    """The served model a ResponsesAgentRequest names; None (absent or null) is the default one."""
+    name = payload.get("model")
+    if name is not None and not isinstance(name, str):
+        raise InvalidRequest.single("model", "must be a string: a served model's name")
+    return name
 
 
 def pop_stream_flag(payload: dict[str, Any]) -> bool:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from llmflow.server.memory import parse_size
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -61,6 +63,17 @@ class ServerSettings(BaseModel):
         gt=0,
         description="unload a model that has served nothing for this long (it loads again when asked)",
     )
+    max_memory: int | None = Field(
+        None,
+        ge=1,
+        description="bytes (or a size such as '8GiB') the loaded models may take together, by their "
+        "estimate (weights and KV cache); beyond, the least recently used idle ones are unloaded",
+    )
     tracing: bool | None = Field(
         None, description="an MLflow trace per generation; None: only when an MLflow experiment is set"
     )
+
+    @field_validator("max_memory", mode="before")
+    @classmethod
+    def _read_size(cls, value: object) -> object:
+        return parse_size(value) if isinstance(value, str) else value

@@ -142,3 +142,32 @@ def test_the_chat_template_and_eos_come_from_the_model_directory(model_dir):
         assert engine.n_ctx == 256
     finally:
         llm.close()
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_logprobs_are_the_raw_distributions(model_dir):
+    llm = LLM.load(model_dir, engine="exllamav2", engine_options={"max_seq_len": 256, "warmup": False})
+    try:
+        assert llm.engine.scores_tokens
+        greedy = llm.generate("Tell me about Osaka.", {"temperature": 0.0, "max_tokens": 8, "logprobs": 3})
+        assert 1 <= len(greedy.logprobs) <= 8
+        for entry in greedy.logprobs:
+            assert entry.logprob <= 0.0 and len(entry.top) == 3
+            assert entry.top[0].logprob >= entry.top[1].logprob >= entry.top[2].logprob
+            assert abs(entry.logprob - entry.top[0].logprob) < 1e-4  # greedy: the most likely token
+        # the raw distribution: a penalty, a temperature and top-k change what is sampled, not
+        # the logprobs of the first token
+        llm.engine.clear_cache()
+        params = {"temperature": 0.7, "top_k": 2, "repetition_penalty": 1.3, "seed": 1, "max_tokens": 1}
+        sampled = llm.generate("Tell me about Osaka.", {**params, "logprobs": 3})
+        first = greedy.logprobs[0]
+        assert [a.logprob for a in sampled.logprobs[0].top] == pytest.approx(
+            [a.logprob for a in first.top], abs=1e-3
+        )
+        # and without logprobs, plain ids: the text is the same
+        llm.engine.clear_cache()
+        plain = llm.generate("Tell me about Osaka.", {"temperature": 0.0, "max_tokens": 8})
+        assert plain.text == greedy.text and plain.logprobs == ()
+    finally:
+        llm.close()

@@ -14,6 +14,7 @@ from llmflow.engines import guess_engine
 from llmflow.engines.llama_cpp_batched import default_parallel
 from llmflow.errors import InvalidParams
 from llmflow.llm import collect
+from llmflow.model_files import default_model_path
 from tests.text_spans import token_span
 
 PARALLEL = 8
@@ -65,6 +66,15 @@ def test_engine_says_how_many_streams_it_batches(llm):
     assert llm.engine.max_concurrency == PARALLEL
     assert llm.engine.n_ctx == 512
     assert llm.engine.stats().free_sequences == PARALLEL
+
+
+def test_memory_estimate_is_the_weights_and_every_sequences_kv_cache(llm, embedded_llm):
+    """What `--max-memory` counts: the weights once, the KV cache for every sequence (SmolLM2-135M:
+    30 layers, 3 KV heads of 64, f16: 23040 bytes a token)."""
+    weights = default_model_path().stat().st_size
+    batched, single = llm.engine.memory_bytes(), embedded_llm.engine.memory_bytes()
+    assert batched - 512 * PARALLEL * 23040 == single - embedded_llm.engine.n_ctx * 23040
+    assert 0.9 * weights < batched - 512 * PARALLEL * 23040 < weights
 
 
 def test_greedy_text_is_the_same_alone_and_in_a_batch_of_8(llm):

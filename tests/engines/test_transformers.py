@@ -217,3 +217,55 @@ def test_logprobs_from_the_decode_loop(tiny):
         assert entry.logprob <= 0.0 and len(entry.top) == 2
         assert entry.top[0].logprob >= entry.top[1].logprob
         assert abs(entry.logprob - entry.top[0].logprob) < 1e-5  # greedy: the most likely token
+
+
+def test_logprobs_under_continuous_batching_are_the_decode_loops(tiny_dir, tiny):
+    params = {"temperature": 0.0, "max_tokens": 6, "logprobs": 3}
+    expected = [entry for chunk in tiny.stream(PROMPT, params) for entry in chunk.logprobs]
+    llm = LLM.load(
+        tiny_dir, engine_options={"continuous_batching": True, "max_concurrency": 2, "ignore_eos": True}
+    )
+    try:
+        assert llm.engine.scores_tokens
+        results: list = []
+
+        def worker() -> None:  # two streams batched together, each scored on its own
+            results.append([entry for chunk in llm.stream(PROMPT, params) for entry in chunk.logprobs])
+
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert len(results) == 2
+        for entries in results:
+            # greedy under both: the same tokens, scored from the same raw distribution
+            assert [e.token for e in entries] == [e.token for e in expected]
+            for got, want in zip(entries, expected, strict=True):
+                assert got.logprob == pytest.approx(want.logprob, abs=1e-4)
+                assert [a.token for a in got.top] == [a.token for a in want.top] and len(got.top) == 3
+                assert abs(got.logprob - got.top[0].logprob) < 1e-5  # greedy: the most likely
+
+        # sampled: the logprob is the raw distribution's, not after temperature / top-k
+        sampled = collect(llm.stream(PROMPT, {**params, "temperature": 0.7, "top_k": 5, "seed": 1}))
+        assert 1 <= len(sampled.logprobs) <= 6 and all(e.logprob < 0.0 for e in sampled.logprobs)
+
+        stream = llm.stream(PROMPT, {**params, "max_tokens": 200})
+        next(stream)
+        stream.close()  # closing a scored stream cancels the request inside transformers
+        assert llm.generate(PROMPT, {"temperature": 0.0, "max_tokens": 3}).usage.completion_tokens == 3
+    finally:
+        llm.close()
+
+
+def test_memory_estimate_is_the_parameters_and_the_kv_cache(tiny_dir, tiny):
+    model = tiny.engine.model
+    weights = sum(p.numel() * p.element_size() for p in [*model.parameters(), *model.buffers()])
+    config = model.config
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4  # float32
+    assert tiny.engine.memory_bytes() == weights + tiny.engine.n_ctx * per_token
+    llm = LLM.load(tiny_dir, engine_options={"continuous_batching": True, "max_concurrency": 2, "n_ctx": 64})
+    try:  # every block of the paged cache: 2 sequences of 64 tokens, 32-token pages, one spare each
+        assert llm.engine.memory_bytes() == weights + 2 * (2 + 1) * 32 * per_token
+    finally:
+        llm.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -295,3 +296,40 @@ def test_a_model_without_chat_says_so(open_page):
         expect(page.locator("#model-name")).to_have_text("plain")
         expect(page.locator("#notice")).to_contain_text("POST /invocations")
         expect(page.locator("#send")).to_be_disabled()
+
+
+def test_a_model_picker_when_the_server_serves_several(open_page, served):
+    """The picker lists GET /v1/models; requests and each answer's label follow the pick, which
+    the page remembers. One model: no picker."""
+    page, _ = open_page()
+    wait_ready(page)
+    expect(page.locator("#model-picker")).to_be_hidden()
+    expect(page.locator("#model-name")).to_be_visible()
+
+    other = dataclasses.replace(served, name="other")  # the same LLM under a second name
+    with running([served, other]) as server:
+        page, log = open_page(server.url)
+        wait_ready(page)
+        picker = page.locator("#model-select")
+        expect(picker).to_be_visible()
+        expect(page.locator("#model-name")).to_be_hidden()
+        assert picker.locator("option").all_text_contents() == [served.name, "other"]
+        expect(picker).to_have_value(served.name)  # the server's default
+        expect(page.get_by_label("Model to chat with")).to_be_visible()
+        page.fill("#max-tokens", SHORT)
+        first = send(page, "Hi")
+
+        picker.select_option("other")
+        expect(page.locator("#engine-name")).to_have_text("")  # only the default's engine is known
+        second = send(page, "Hello")
+
+        assert [body["model"] for body in log.chat_requests()] == [served.name, "other"]
+        expect(first.locator(".who")).to_have_text(served.name)
+        expect(second.locator(".who")).to_have_text("other")
+        expect(second.locator(".error")).to_have_count(0)
+
+        page.reload()
+        wait_ready(page)
+        expect(page.locator("#model-select")).to_have_value("other")  # remembered
+        with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
+            wait_until_idle(client)

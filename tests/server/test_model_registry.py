@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from llmflow.errors import InvalidParams, UnknownModel
+from llmflow.errors import InvalidParams, ModelTooLarge, UnknownModel
 from llmflow.server.metrics import ServerMetrics
 from llmflow.server.model_config import ModelConfig
 from llmflow.server.models import LEASES_KEY, ModelRegistry
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
+from tests.server.conftest import metric
 
 
 @pytest.fixture
@@ -109,3 +111,95 @@ def test_unknown_and_duplicate_names():
     assert models.slot(None).name == "a"
     with pytest.raises(InvalidParams, match="'a' names two models"):
         ModelRegistry.build([ModelConfig(name="a")] * 2, ServerSettings(lazy=True), ServerMetrics())
+
+
+# -- the memory budget -------------------------------------------------------------------------------
+@pytest.fixture
+def sized(monkeypatch) -> tuple[dict[str, int], dict[str, int], list[str]]:
+    """Models whose estimate once loaded (`after`) and weights on disk (`before`) a test sets, by
+    name; every load, by name."""
+    after: dict[str, int] = {}
+    before: dict[str, int] = {}
+    done: list[str] = []
+
+    def load(self: ModelConfig) -> ServedModel:
+        name = self.name or ""
+        done.append(name)
+        engine = SimpleNamespace(max_concurrency=1, memory_bytes=lambda: after[name], stats=lambda: None)
+        return ServedModel(name, llm=SimpleNamespace(engine=engine, close=lambda: None))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ModelConfig, "load", load)
+    monkeypatch.setattr("llmflow.server.models.weights_on_disk", lambda config: before.get(config.name, 0))
+    return after, before, done
+
+
+def loaded_names(models: ModelRegistry) -> list[str]:
+    return [name for name in models.names if models.slot(name).state is not None]
+
+
+def test_beyond_max_memory_the_least_recently_used_idle_models_go(sized):
+    after, _, _ = sized
+    after.update(a=40, b=40, c=40)
+    models = registry(max_memory=100)
+
+    async def main() -> None:
+        for name in ("a", "b"):
+            scope: dict[str, Any] = {}
+            await models.lease(name, scope)
+            release_all(models, scope)
+        held: dict[str, Any] = {}
+        await models.lease("a", held)  # the most recently used, and held
+        c: dict[str, Any] = {}
+        await models.lease("c", c)
+        assert loaded_names(models) == ["a", "c"]  # b made room: idle, least recently used
+        # every other model in use: the new one loads anyway, and the budget comes back once idle
+        await models.lease("b", {})
+        assert loaded_names(models) == ["a", "b", "c"]
+        release_all(models, held)
+        release_all(models, c)
+        models.reap()
+        assert loaded_names(models) == ["b", "c"] and models.slot("b").memory_bytes == 40
+
+    asyncio.run(main())
+
+
+def test_a_model_known_after_its_load_to_be_larger_than_the_budget_is_refused(sized):
+    after, before, loads = sized
+    after.update(a=30, b=150)
+    before.update(b=60)  # its weights fit; its KV cache, sized at load, does not
+    models = registry(max_memory=100)
+
+    async def main() -> None:
+        await models.lease("a", {})
+        for _ in range(2):
+            with pytest.raises(ModelTooLarge) as refused:
+                await models.lease("b", {})
+            assert refused.value.param == "model" and "'b' needs about" in str(refused.value)
+        assert loaded_names(models) == ["a"]  # nothing made room for a model that cannot load
+
+    asyncio.run(main())
+    assert loads == ["a", "b"]  # loaded once to learn its size, never again
+
+
+def test_a_model_whose_weights_are_larger_than_the_budget_is_never_loaded(sized):
+    _, before, loads = sized
+    before.update(c=500)
+    with pytest.raises(ModelTooLarge, match="--max-memory"):
+        asyncio.run(registry(max_memory=100).lease("c", {}))
+    assert loads == []
+    # loading at start: the same refusal, before anything of that model loads
+    with pytest.raises(ModelTooLarge):
+        ModelRegistry.build([ModelConfig(name="c")], ServerSettings(max_memory=100), ServerMetrics())
+    assert loads == []
+
+
+def test_at_start_models_load_in_turn_within_the_budget(sized):
+    after, _, loads = sized
+    after.update(a=60, b=60)
+    configs = [ModelConfig(name=name) for name in ("a", "b")]
+    models = ModelRegistry.build(configs, ServerSettings(max_memory=100), ServerMetrics())
+    assert loads == ["a", "b"] and loaded_names(models) == ["b"]  # a made room for b
+    text = models.metrics.exposition().decode()
+    assert metric(text, "llmflow_model_unloads_total", model="a") == 1
+    assert metric(text, "llmflow_model_memory_bytes", model="b") == 60
+    assert metric(text, "llmflow_model_memory_bytes", model="a") == 0

@@ -93,6 +93,7 @@ def test_an_unknown_model_is_a_404_naming_model(client, http):
         ("/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
         ("/v1/embeddings", {"input": "Hi"}),
         ("/v1/responses", {"input": "Hi"}),
+        ("/responses", {"input": [{"role": "user", "content": "Hi"}]}),
         ("/tokenize", {"content": "Hi"}),
         ("/detokenize", {"tokens": [1]}),
     ):
@@ -105,12 +106,23 @@ def test_every_route_resolves_model_the_same_way(client, http):
     for name in ("solo", "batch"):
         assert client.completions.create(model=name, prompt="Hi", max_tokens=2).model == name
         assert client.responses.create(model=name, input="Hi", max_output_tokens=2).model == name
+        agent = {"model": name, "input": [{"role": "user", "content": "Hi"}], "max_output_tokens": 2}
+        wait_until_idle(http)
+        before = generated(http)
+        answer = http.post("/responses", json=agent)  # MLflow AgentServer's route
+        assert answer.status_code == 200 and answer.json()["model"] == name
+        wait_until_idle(http)
+        assert generated(http)[name] > before[name]
         tokens = http.post("/tokenize", json={"model": name, "content": "Hello"}).json()["tokens"]
         assert http.post("/detokenize", json={"model": name, "tokens": tokens}).json() == {"content": "Hello"}
         embedded = http.post("/v1/embeddings", json={"model": name, "input": "Hi"})
         assert embedded.status_code == 400 and embedded.json()["error"]["param"] == "model"  # cannot pool
     # no model: the default one
     assert http.post("/tokenize", json={"content": "Hello"}).json()["tokens"] == tokens
+    agent = {"input": [{"role": "user", "content": "Hi"}], "max_output_tokens": 2}
+    assert http.post("/responses", json=agent).json()["model"] == "solo"
+    refused = http.post("/responses", json={**agent, "model": 7})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "model"
 
 
 def test_invocations_go_to_the_first_model_and_serving_endpoints_by_name(http):
@@ -219,6 +231,82 @@ def test_beyond_max_loaded_the_least_recently_used_idle_model_is_unloaded():
             assert answer.status_code == 200 and loaded(http, name)[0] == 1
             wait_for(lambda other=other: loaded(http, other)[0] == 0)  # idle once its answer is over
         assert loaded(http, "solo")[1] == 2
+
+
+# -- the memory budget ------------------------------------------------------------------------------
+#: the embedded GGUF under three names, each with a small context: about 103 MiB each once loaded
+#: (92 MiB of weights, 11 MiB of KV cache), 94 MiB of weights on disk before a first load
+SMALL = [
+    ModelConfig(name=name, engine="llama_cpp", threads=1, engine_options={"n_ctx": 512})
+    for name in ("a", "b", "c")
+]
+
+
+def memory(http: httpx.Client) -> dict[str, float]:
+    text = http.get("/metrics").text
+    return {name: metric(text, "llmflow_model_memory_bytes", model=name) for name in ("a", "b", "c")}
+
+
+def test_beyond_max_memory_the_least_recently_used_idle_models_are_unloaded():
+    budget = 250_000_000  # two of them, not three
+    with (
+        running(SMALL, lazy=True, max_memory="250MB") as server,
+        httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http,
+    ):
+        llm_bytes = None
+        for name, unloaded in (("a", ""), ("b", ""), ("c", "a"), ("a", "b")):
+            answer = http.post("/v1/completions", json={"model": name, "prompt": "Hi", "max_tokens": 2})
+            assert answer.status_code == 200 and loaded(http, name)[0] == 1
+            sizes = memory(http)
+            llm_bytes = llm_bytes or sizes[name]
+            assert sizes[name] == llm_bytes > 100 << 20  # the engine's estimate: weights and KV cache
+            assert sum(sizes.values()) <= budget
+            if unloaded:
+                assert loaded(http, unloaded)[0] == 0 and sizes[unloaded] == 0
+        assert [loaded(http, name)[1] for name in ("a", "b", "c")] == [2, 1, 1]
+
+
+def test_a_model_in_use_is_never_unloaded_for_memory():
+    with (
+        running(SMALL[:2], lazy=True, max_memory="150MB") as server,
+        httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http,
+    ):
+        body = {"model": "a", **LONG, "max_tokens": 1000, "stream": True}
+        with http.stream("POST", "/v1/completions", json=body) as stream:
+            lines = stream.iter_lines()  # held: a closed iterator would close the stream
+            next(lines)  # a streams
+            short = {"model": "b", "prompt": "Hi", "max_tokens": 2}
+            assert http.post("/v1/completions", json=short).status_code == 200  # loaded anyway
+            assert loaded(http, "b") == (1, 1)
+            # over the budget: the reaper unloads the idle one, never the streaming one
+            wait_for(lambda: loaded(http, "b")[0] == 0)
+            assert loaded(http, "a")[0] == 1 and next(lines) is not None
+
+
+def test_a_model_larger_than_max_memory_is_refused_naming_model():
+    with (
+        running(SMALL[:1], lazy=True, max_memory="100MB") as server,
+        httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http,
+    ):
+        for _ in range(2):  # the first learns its size by loading it; the second never loads it
+            answer = http.post("/v1/completions", json={"model": "a", "prompt": "Hi", "max_tokens": 2})
+            assert answer.status_code == 400, answer.text
+            error = answer.json()["error"]
+            assert error["param"] == "model" and error["code"] == "model_too_large"
+            assert "--max-memory" in error["message"] and "'a' needs about" in error["message"]
+        assert loaded(http, "a") == (0, 1)
+
+
+def test_max_memory_on_the_command_line(tmp_path):
+    gguf = str(default_model_path())
+    runner = CliRunner()
+    for bad in ("8XB", "-1G", "0", "lots"):
+        result = runner.invoke(cli, ["serve", gguf, "--max-memory", bad])
+        assert result.exit_code == 2 and "--max-memory" in result.output, result.output
+        assert "not a size" in result.output or "more than 0" in result.output
+    # weights alone over the budget: refused at start, before the model loads
+    result = runner.invoke(cli, ["serve", gguf, "--max-memory", "50MB"])
+    assert result.exit_code == 2 and "needs about 93.8 MiB" in result.output, result.output
 
 
 # -- the command line and config files ---------------------------------------------------------------

@@ -32,6 +32,8 @@ class TransformersEngine(Engine):
     name: ClassVar[str] = "transformers"
     pip_packages: ClassVar[tuple[str, ...]] = ("torch", "transformers")
     concurrent: bool = False  # True on an instance that batches
+    #: llmflow's own decode loop scores tokens; under continuous batching `hf.rescoring` does
+    scores_tokens: ClassVar[bool] = True
 
     def __init__(self, model: Any, tokenizer: Any, options: TransformersOptions, model_name: str):
         self._model = model
@@ -46,8 +48,6 @@ class TransformersEngine(Engine):
         self._n_ctx = _context_window(model, options, self.placement)
         self._runner: Any = None
         self._batcher: Any = None
-        #: llmflow's own decode loop scores tokens; transformers' continuous batching does not
-        self.scores_tokens = not options.continuous_batching
         if options.continuous_batching:
             self._start_batching()
         else:
@@ -161,7 +161,12 @@ class TransformersEngine(Engine):
                     "constraint",
                     "output constraints need the transformers engine without continuous_batching",
                 )
-            return self._batcher.generate(prompt_ids, params, limit, cancel)
+            tokens = self._batcher.generate(prompt_ids, params, limit, cancel)
+            if params.logprobs is None:
+                return tokens
+            from llmflow.engines.hf.rescoring import rescored
+
+            return rescored(self._model, prompt_ids, tokens, params.logprobs)
         return self._decode(prompt_ids, params, limit, cancel, constraint)
 
     def token_vocabulary(self) -> TokenVocabulary | None:
@@ -170,6 +175,17 @@ class TransformersEngine(Engine):
         if self._backend is None or self._batcher is not None:
             return None
         return _hf_vocabulary(self._backend, self._eos, self._model)
+
+    def memory_bytes(self) -> int | None:
+        """Parameters, buffers and the KV cache at its largest: `n_ctx` tokens for the decode
+        loop, every cache block under continuous batching (see `engines/memory.py`)."""
+        if self._model is None:
+            return None
+        from llmflow.engines.memory import torch_bytes
+
+        setup = self.batching_setup() if self._batcher is not None else None
+        kv_tokens = setup.cache_blocks() * setup.page_size if setup is not None else self._n_ctx
+        return torch_bytes(self._model, kv_tokens)
 
     def close(self) -> None:
         if self._batcher is not None:

@@ -54,11 +54,17 @@ async function request(path, init = {}) {
   return response;
 }
 
-/** The served model's name and engine (engine null: a plain MLflow pyfunc model, /invocations only). */
+/** The served models' names (the first is the server's default) and the default model's engine
+ * (null: a plain MLflow pyfunc model, /invocations only). */
 export async function modelInfo() {
   const models = await (await request("v1/models")).json();
   const version = await (await request("version")).json();
-  return { model: models.data[0].id, engine: version.engine ?? null, llmflow: version.llmflow };
+  return {
+    models: models.data.map((card) => card.id),
+    defaultModel: version.model ?? models.data[0].id,
+    engine: version.engine ?? null,
+    llmflow: version.llmflow,
+  };
 }
 
 /** POST a streaming chat request; onChunk(chunk) gets each parsed `chat.completion.chunk`.

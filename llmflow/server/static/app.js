@@ -5,6 +5,8 @@ import { ApiError, apiKey, explain, modelInfo, streamChat } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 const PARAMS_STORAGE = "llmflow.playground.params";
+/** the model picked last, when the server serves several */
+const MODEL_STORAGE = "llmflow.playground.model";
 /** Number inputs: element id -> request field. Sent as typed; the server validates them. */
 const NUMBER_FIELDS = [
   ["temperature", "temperature"],
@@ -17,7 +19,10 @@ const SAVED_FIELDS = ["system-prompt", "temperature", "top-p", "top-k", "max-tok
 const FINISH_LABELS = { stop: "done", length: "hit max_tokens", cancelled: "cancelled", stopped: "stopped" };
 
 const state = {
+  /** the model requests go to; each answer is labelled with the one that wrote it */
   model: null,
+  /** what loadInfo learnt: {models, defaultModel, engine} */
+  info: null,
   /** {role, content, ok, el}; the next request sends the ok ones */
   turns: [],
   /** the AbortController of the answer being streamed, or null */
@@ -262,18 +267,9 @@ function newChat() {
 async function loadInfo() {
   try {
     const info = await modelInfo();
-    state.model = info.model;
-    $("model-name").textContent = info.model;
-    $("engine-name").textContent = info.engine ?? "MLflow pyfunc";
-    showNotice("");
-    if (info.engine === null) {
-      showNotice(
-        `${info.model} is a plain MLflow pyfunc model: it is served at POST /invocations, ` +
-          "not through the chat API this page uses.",
-      );
-      state.canChat = false;
-      $("send").disabled = true;
-    }
+    state.info = info;
+    fillPicker(info);
+    pickModel($("model-select").value || info.defaultModel);
     return true;
   } catch (error) {
     if (error instanceof ApiError && error.status === 401 && (await askKey(keyReason()))) return loadInfo();
@@ -282,6 +278,40 @@ async function loadInfo() {
     $("model-name").textContent = "unavailable";
     return false;
   }
+}
+
+/** A picker of every served model when there are several (the last one picked, else the default). */
+function fillPicker(info) {
+  const select = $("model-select");
+  const several = info.models.length > 1;
+  select.replaceChildren(
+    ...info.models.map((name) => {
+      const option = document.createElement("option");
+      option.value = option.textContent = name;
+      return option;
+    }),
+  );
+  const saved = localStorage.getItem(MODEL_STORAGE);
+  select.value = several && info.models.includes(saved) ? saved : info.defaultModel;
+  $("model-picker").hidden = !several;
+  $("model-name").hidden = several;
+}
+
+/** Chat with `model` from now on. Only the default model's engine is known (from /version): only
+ * it can be a plain MLflow pyfunc model that has no chat route. */
+function pickModel(model) {
+  const { defaultModel, engine } = state.info;
+  state.model = model;
+  $("model-name").textContent = model;
+  $("engine-name").textContent = model !== defaultModel ? "" : (engine ?? "MLflow pyfunc");
+  state.canChat = !(model === defaultModel && engine === null);
+  $("send").disabled = !state.canChat || state.controller !== null;
+  showNotice(
+    state.canChat
+      ? ""
+      : `${model} is a plain MLflow pyfunc model: it is served at POST /invocations, ` +
+          "not through the chat API this page uses.",
+  );
 }
 
 function keyReason() {
@@ -363,6 +393,10 @@ function wire() {
   $("params-form").addEventListener("submit", (event) => event.preventDefault());
   $("show-chunks").addEventListener("change", showChunks);
   $("reset-params").addEventListener("click", resetParams);
+  $("model-select").addEventListener("change", (event) => {
+    localStorage.setItem(MODEL_STORAGE, event.target.value);
+    pickModel(event.target.value);
+  });
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const key = $("api-key").value.trim();
