@@ -27,6 +27,9 @@ from llmflow.streaming.hf_detokenizer import DecodeStreamDetokenizer, OffsetDeto
 from tests.fakes.hf_models import byte_tokenizer, write_tiny_model
 
 PROMPT = "Tell me about Osaka."
+#: this file is about the CPU path: on a machine with CUDA, "auto" would pick the GPU (whose own
+#: tests are test_transformers_gpu.py)
+ON_CPU = {"device": "cpu"}
 LONG = {"temperature": 0.0, "max_tokens": 24}
 
 
@@ -37,7 +40,7 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_dir):
-    llm = LLM.load(tiny_dir, engine_options={"ignore_eos": True})
+    llm = LLM.load(tiny_dir, engine_options={**ON_CPU, "ignore_eos": True})
     yield llm
     llm.close()
 
@@ -95,7 +98,9 @@ def test_ignore_eos_runs_to_max_tokens(tiny):
 
 
 def test_static_cache_gives_the_dynamic_answers(tiny_dir, tiny):
-    static = LLM.load(tiny_dir, engine_options={"static_cache": True, "n_ctx": 256, "ignore_eos": True})
+    static = LLM.load(
+        tiny_dir, engine_options={**ON_CPU, "static_cache": True, "n_ctx": 256, "ignore_eos": True}
+    )
     try:
         for prompt in (PROMPT, "A second, longer prompt reuses the same cache after a reset."):
             assert static.generate(prompt, LONG) == tiny.generate(prompt, LONG)
@@ -105,7 +110,9 @@ def test_static_cache_gives_the_dynamic_answers(tiny_dir, tiny):
 
 
 def test_context_window_ends_the_answer(tiny_dir):
-    small = LLM.load(tiny_dir, engine_options={"static_cache": True, "n_ctx": 40, "ignore_eos": True})
+    small = LLM.load(
+        tiny_dir, engine_options={**ON_CPU, "static_cache": True, "n_ctx": 40, "ignore_eos": True}
+    )
     try:
         result = small.generate(PROMPT, {"temperature": 0.0, "max_tokens": 100})
         assert result.finish_reason is FinishReason.LENGTH
@@ -131,7 +138,8 @@ def test_top_k_one_is_greedy_and_penalty_changes_the_answer(tiny):
 
 def test_continuous_batching_serves_concurrent_streams(tiny_dir):
     llm = LLM.load(
-        tiny_dir, engine_options={"continuous_batching": True, "max_concurrency": 4, "ignore_eos": True}
+        tiny_dir,
+        engine_options={**ON_CPU, "continuous_batching": True, "max_concurrency": 4, "ignore_eos": True},
     )
     try:
         assert llm.engine.concurrent and llm.engine.max_concurrency == 4
@@ -223,7 +231,8 @@ def test_logprobs_under_continuous_batching_are_the_decode_loops(tiny_dir, tiny)
     params = {"temperature": 0.0, "max_tokens": 6, "logprobs": 3}
     expected = [entry for chunk in tiny.stream(PROMPT, params) for entry in chunk.logprobs]
     llm = LLM.load(
-        tiny_dir, engine_options={"continuous_batching": True, "max_concurrency": 2, "ignore_eos": True}
+        tiny_dir,
+        engine_options={**ON_CPU, "continuous_batching": True, "max_concurrency": 2, "ignore_eos": True},
     )
     try:
         assert llm.engine.scores_tokens
@@ -264,7 +273,9 @@ def test_memory_estimate_is_the_parameters_and_the_kv_cache(tiny_dir, tiny):
     config = model.config
     per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4  # float32
     assert tiny.engine.memory_bytes() == weights + tiny.engine.n_ctx * per_token
-    llm = LLM.load(tiny_dir, engine_options={"continuous_batching": True, "max_concurrency": 2, "n_ctx": 64})
+    llm = LLM.load(
+        tiny_dir, engine_options={**ON_CPU, "continuous_batching": True, "max_concurrency": 2, "n_ctx": 64}
+    )
     try:  # every block of the paged cache: 2 sequences of 64 tokens, 32-token pages, one spare each
         assert llm.engine.memory_bytes() == weights + 2 * (2 + 1) * 32 * per_token
     finally:
