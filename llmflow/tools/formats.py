@@ -134,7 +134,7 @@ class HermesFormat(ToolCallFormat):
 
 class Llama3Format(ToolCallFormat):
     """Llama 3.1 / 3.2 / 3.3: the answer is `{"name": ..., "parameters": {...}}` (after the
-    `<|python_tag|>` control token, which renders as nothing)."""
+    `<|python_tag|>` control token, which renders as nothing, or that marker as text)."""
 
     name: ClassVar[str] = "llama3"
     arguments_key: ClassVar[str] = "parameters"
