@@ -1,8 +1,9 @@
 """How a model writes function calls, one class per format: Hermes / Qwen (`<tool_call>` JSON),
 Llama 3.x (a JSON object with `parameters`), Mistral (`[TOOL_CALLS]` and a JSON list), and
 llmflow's generic JSON format for chat templates that know nothing of tools (the embedded
-SmolLM2's). A format knows how a call looks, the constraint that forces well-formed calls whose
-arguments validate, and how to find the calls in the text (`CallScanner`)."""
+SmolLM2's). A format knows how a call looks, the constraints that force well-formed calls whose
+arguments validate (the whole answer for `required`; for `auto`, from the moment the model opens a
+call), and how to find the calls in the text (`CallScanner`)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ class ToolCallFormat:
     arguments_key: ClassVar[str] = "arguments"
     #: how many JSON containers enclose a call object, itself included
     call_depth: ClassVar[int] = 3
-    #: the text that starts the calls; an answer that starts otherwise is text
+    #: the text that starts the calls (or a marker does); an answer that starts otherwise is text
     opener: ClassVar[str] = "{"
+    #: markers a model may write before its calls (control tokens in the model's own vocabulary,
+    #: text where the vocabulary lacks them): optional in the `auto` grammar
+    markers: ClassVar[tuple[str, ...]] = ()
     #: calls may follow text (Hermes); otherwise an answer is either text or calls
     calls_after_text: ClassVar[bool] = False
     #: the template renders the tools itself
@@ -57,10 +61,14 @@ class ToolCallFormat:
         grammar = "start: calls\n" + self.calls_rule(parallel) + self.call_rules(tools)
         return Constraint.grammar(grammar, field)
 
-    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint | None:
-        """`auto`: text, or, once the answer opens like a call, calls that validate. None: the
-        format lets text come first, so its calls are parsed, not forced."""
-        grammar = "start: TEXT | calls\nTEXT: /[^{\\s](?s:.*)/\n" + self.calls_rule(parallel)
+    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint:
+        """`auto`: text, or, once the answer opens like a call (an opener, or a marker), calls that
+        validate. The text may not start with whitespace, so a model cannot pad its way past the
+        trigger."""
+        text = f"/[^{_regex_literal(self.opener[0])}\\s](?s:.*)/"
+        text += "".join(f" & ~/{_regex_literal(m)}(?s:.*)/" for m in self.markers)
+        lead = f"({' | '.join(json.dumps(m) for m in self.markers)})? " if self.markers else ""
+        grammar = f"start: TEXT | {lead}calls\nTEXT: {text}\n" + self.calls_rule(parallel)
         return Constraint.grammar(grammar + self.call_rules(tools), field)
 
     def system_prompt(self, tools: Sequence[Tool], parallel: bool) -> str | None:
@@ -108,8 +116,17 @@ class HermesFormat(ToolCallFormat):
         block = '"<tool_call>\\n" call "\\n</tool_call>"'
         return f'calls: {block} ("\\n" {block})*\n' if parallel else f"calls: {block}\n"
 
-    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint | None:
-        return None  # text may come first: parsed, not forced
+    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint:
+        """Any text; once `<tool_call>` appears (a lazy lexeme: the text before it ends at its
+        first occurrence), the rest is calls that validate and then the end of the answer."""
+        rest = '("\\n" "<tool_call>\\n" call "\\n</tool_call>")*' if parallel else ""
+        grammar = (
+            "start: TEXT | lead first\n"
+            "TEXT: /(?s:.*)/\n"
+            'lead[lazy]: TEXT "<tool_call>"\n'
+            f'first: "\\n" call "\\n</tool_call>" {rest}\n'
+        )
+        return Constraint.grammar(grammar + self.call_rules(tools), field)
 
     def system_prompt(self, tools: Sequence[Tool], parallel: bool) -> str | None:
         return None
@@ -117,18 +134,16 @@ class HermesFormat(ToolCallFormat):
 
 class Llama3Format(ToolCallFormat):
     """Llama 3.1 / 3.2 / 3.3: the answer is `{"name": ..., "parameters": {...}}` (after the
-    `<|python_tag|>` control token, which renders as nothing)."""
+    `<|python_tag|>` control token, which renders as nothing, or that marker as text)."""
 
     name: ClassVar[str] = "llama3"
     arguments_key: ClassVar[str] = "parameters"
     call_depth: ClassVar[int] = 1
+    markers: ClassVar[tuple[str, ...]] = ("<|python_tag|>",)
     template_renders_tools: ClassVar[bool] = True
 
     def calls_rule(self, parallel: bool) -> str:
         return 'calls: call ("; " call)*\n' if parallel else "calls: call\n"
-
-    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint | None:
-        return None
 
     def system_prompt(self, tools: Sequence[Tool], parallel: bool) -> str | None:
         return None
@@ -141,13 +156,11 @@ class MistralFormat(ToolCallFormat):
     name: ClassVar[str] = "mistral"
     call_depth: ClassVar[int] = 2
     opener: ClassVar[str] = "["
+    markers: ClassVar[tuple[str, ...]] = ("[TOOL_CALLS]",)
     template_renders_tools: ClassVar[bool] = True
 
     def calls_rule(self, parallel: bool) -> str:
         return 'calls: "[" call (", " call)* "]"\n' if parallel else 'calls: "[" call "]"\n'
-
-    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint | None:
-        return None
 
     def system_prompt(self, tools: Sequence[Tool], parallel: bool) -> str | None:
         return None
@@ -156,6 +169,11 @@ class MistralFormat(ToolCallFormat):
 FORMATS: Mapping[str, type[ToolCallFormat]] = {
     f.name: f for f in (ToolCallFormat, HermesFormat, Llama3Format, MistralFormat)
 }
+
+
+def _regex_literal(text: str) -> str:
+    """`text` inside a grammar's /regex/ (Rust regex syntax: only its metacharacters escaped)."""
+    return "".join(f"\\{c}" if c in "\\.+*?()|[]{}^$" else c for c in text)
 
 
 def format_for(prompt_format: PromptFormat) -> ToolCallFormat:

@@ -1,6 +1,7 @@
 """What tools do to one chat request: the messages and tools the template sees, the constraint
-on the answer (`required` and a named function force valid calls; `auto` lets the generic format
-start them lazily) and the format the answer's calls are read in."""
+on the answer (`required` and a named function force valid calls; `auto` constrains the answer
+from the moment the model opens a call, in every format) and the format the answer's calls are
+read in."""
 
 from __future__ import annotations
 

@@ -29,7 +29,8 @@ def new_call_id() -> str:
 
 class AnswerSplitter:
     """Feed the answer's text; get text and call pieces. An answer is text, or opens with the
-    format's calls; a Hermes answer may write text first and then `<tool_call>`."""
+    format's calls (or a marker written as text); a Hermes answer may write text first and then
+    `<tool_call>`."""
 
     def __init__(self, fmt: ToolCallFormat):
         self._fmt = fmt
@@ -44,10 +45,10 @@ class AnswerSplitter:
         self._pending += text
         if self._mode == "undecided":
             head = self._pending.lstrip()
-            opener = self._fmt.opener
-            if not head or (opener.startswith(head) and not self._fmt.calls_after_text):
+            starts = (self._fmt.opener, *self._fmt.markers)
+            if not head or (any(s.startswith(head) for s in starts) and not self._fmt.calls_after_text):
                 return []
-            if head.startswith(opener) and not self._fmt.calls_after_text:
+            if any(head.startswith(s) for s in starts) and not self._fmt.calls_after_text:
                 self._mode, rest, self._pending = "calls", head, ""
                 return self._calls(rest)
             self._mode = "text"

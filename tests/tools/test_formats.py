@@ -95,3 +95,19 @@ def test_tools_and_choices_are_checked():
         parse_tools([{"type": "function", "function": {"name": "has space"}}])
     with pytest.raises(Exception, match="tool_choice"):
         parse_tool_choice("sometimes", tools)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text"),
+    [
+        (Llama3Format(), f'<|python_tag|>{{"name": "a", "parameters": {ARGS}}}'),
+        (MistralFormat(), f"[TOOL_CALLS][{A}]"),
+    ],
+    ids=["llama3", "mistral"],
+)
+def test_a_marker_written_as_text_opens_the_calls(fmt, text):
+    """Where the vocabulary has no control token for the marker, the model writes it as text."""
+    content, calls = split_answer(text, fmt)
+    assert content == "" and [(c.name, c.arguments) for c in calls] == [("a", ARGS)]
+    streamed = list(tool_stream(iter([Chunk(text[:5]), Chunk(text[5:]), Chunk("", FinishReason.STOP)]), fmt))
+    assert not [c for c in streamed[:-1] if isinstance(c, Chunk)]
