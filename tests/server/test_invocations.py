@@ -16,7 +16,7 @@ import llmflow.mlflow
 from llmflow.errors import InvalidParams
 from llmflow.model_files import default_model_path
 from llmflow.server import ServerSettings, create_app, load_served
-from llmflow.server.runner import BackgroundServer
+from llmflow.server.uvicorn_server import BackgroundServer
 from tests.mlflow.store import Store, using
 from tests.server.conftest import TIMEOUT_S, metric, running, sse_events, wait_until_idle
 from tests.server.pyfunc_models import save_and_load
