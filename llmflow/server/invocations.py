@@ -43,7 +43,7 @@ from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
 from llmflow.server.mlflow_format import ChunkDictFormat, LlmflowChunkFormat
-from llmflow.server.models import model_for
+from llmflow.server.model_registry import model_for
 from llmflow.server.pipeline import NOTHING_READ, collect, observe, stream_events
 from llmflow.server.responses import answer_agent, pop_stream_flag
 from llmflow.server.running import start_generation, stop_on_disconnect

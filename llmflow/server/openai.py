@@ -27,7 +27,7 @@ from llmflow.params import SamplingParams
 from llmflow.prompts import parse_messages
 from llmflow.server import openai_format
 from llmflow.server.event_stream import EventStream
-from llmflow.server.models import model_for
+from llmflow.server.model_registry import model_for
 from llmflow.server.openai_format import ChoicesFormat, StreamFormat, ToolStreamFormat
 from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.running import start_generation

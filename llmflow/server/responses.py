@@ -25,7 +25,7 @@ from llmflow.observability.trace import SPAN_TYPE_CHAT
 from llmflow.responses.request import read_request
 from llmflow.responses.turn import PreparedResponse, prepare_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
-from llmflow.server.models import model_for
+from llmflow.server.model_registry import model_for
 from llmflow.server.openai import llm_for
 from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.responses_format import ResponsesFormat

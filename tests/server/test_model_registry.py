@@ -13,7 +13,7 @@ import pytest
 from llmflow.errors import InvalidParams, UnknownModel
 from llmflow.server.metrics import ServerMetrics
 from llmflow.server.model_config import ModelConfig
-from llmflow.server.models import LEASES_KEY, ModelRegistry
+from llmflow.server.model_registry import LEASES_KEY, ModelRegistry
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
 
