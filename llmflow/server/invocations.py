@@ -50,7 +50,7 @@ from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.state import ModelState
 from llmflow.tools import ToolPlan
-from llmflow.types import CancelToken, Completion, current_cancel
+from llmflow.types import CancelToken, Completion
 
 if TYPE_CHECKING:
     from llmflow.llm import PreparedRequest
@@ -185,29 +185,24 @@ def _trace_inputs(data: Any, content_type: str) -> Callable[[], Any]:
 async def _predict(
     state: ModelState, model: Any, data: Any, content_type: str, timings: RequestTimings, receive: Receive
 ) -> Response:
-    """A third-party model's `predict` in a worker, through MLflow's scoring function. A client
-    that disconnects meanwhile frees its place once the model returns (an llmflow LLM inside
-    the model stops within a token, through `current_cancel`)."""
+    """A third-party model's `predict` in a worker, through MLflow's scoring function. It cannot
+    be interrupted: a client that disconnects meanwhile frees its place once the model returns."""
     observed = observe(state, timings, INVOCATIONS_SPAN, _trace_inputs(data, content_type))
     trace = observed.trace
-    cancel = CancelToken()
 
     def score() -> Iterator[Any]:
-        reset = current_cancel.set(cancel)
-        try:
-            answer = mlflow_scoring.predict(model, data, content_type)
-        finally:
-            current_cancel.reset(reset)
+        answer = mlflow_scoring.predict(model, data, content_type)
         if trace is not None:
             trace.set_result(_parsed(answer.body), failed=answer.status >= 400)
         return iter((answer,))
 
-    generation = await start_generation(state, score, observed, cancel=cancel, receive=receive)
+    generation = await start_generation(state, score, observed, receive=receive)
     try:
         with stop_on_disconnect(generation, receive):
             answer = await generation.stream.__anext__()
             # the client has gone: nobody reads this answer
-            observed.decide("cancelled" if cancel.cancelled else "stop" if answer.status == 200 else "error")
+            left = generation.stream.stopped
+            observed.decide("cancelled" if left else "stop" if answer.status == 200 else "error")
     except Exception as exc:
         observed.decide("error")
         return _error_answer(exc)
