@@ -141,7 +141,9 @@ async def collect(generation: RunningGeneration[Any], receive: Receive, n: int =
                     answer.finish, answer.usage = chunk.finish_reason, chunk.usage
                     running -= 1
                     if running == 0:
-                        total = _total_usage(answers)
+                        usages = [a.usage for a in answers if a.usage is not None]
+                        prompt = sum(u.prompt_tokens for u in usages)
+                        total = Usage(prompt, sum(u.completion_tokens for u in usages))
                         observed.final(Chunk("", chunk.finish_reason, total))
                         return [a.completion(a.usage or total) for a in answers]
         raise RuntimeError("the generation ended without a final chunk")
@@ -167,13 +169,6 @@ class _Answer:
         return Completion(
             "".join(self.parts), self.finish, usage, "".join(self.thinking), tuple(self.logprobs)
         )
-
-
-def _total_usage(answers: list[_Answer]) -> Usage:
-    usages = [a.usage for a in answers if a.usage is not None]
-    if len(usages) == 1:
-        return usages[0]
-    return Usage(sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages))
 
 
 def log_stream_error(exc: Exception) -> None:
