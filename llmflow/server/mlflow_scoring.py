@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from io import StringIO
 from typing import Any, TypeVar
 
+import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.models import Model
 from mlflow.models.utils import _convert_llm_input_data
@@ -119,18 +120,10 @@ def _checked(metadata: Model, data: Any, params: dict[str, Any] | None) -> tuple
 
 def _parsed_single(metadata: Model, payload: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     parsed = scoring_server._parse_json_data(payload, metadata, metadata.get_input_schema())
-    rows = _row_count(parsed.data)
-    if rows is not None and rows != 1:  # MLflow refuses this too, but as an internal error (500)
+    rows = len(parsed.data) if isinstance(parsed.data, (pd.DataFrame, list)) else 1
+    if rows != 1:  # MLflow refuses this too, but as an internal error (500)
         raise MlflowException(f"a stream answers exactly one input row; got {rows}", error_code=BAD_REQUEST)
     return parsed.data, parsed.params
-
-
-def _row_count(data: Any) -> int | None:
-    import pandas as pd
-
-    if isinstance(data, (pd.DataFrame, list)):
-        return len(data)
-    return None
 
 
 def flatten_llm_params(payload: dict[str, Any]) -> dict[str, Any]:
