@@ -54,7 +54,8 @@ def main() -> None:
     args = parser.parse_args()
     revs = {rev: git("rev-parse", "--short", rev).strip() for rev in (args.before, args.after)}
     before, after = counts(args.before), counts(args.after)
-    print(f"{'file':<44} {'lines':>13} {'code':>13}")
+    print(f"{'':<44} {'lines':^13} {'code':^13}")
+    print(f"{'file':<44} {'before':>6} {'after':>6} {'before':>6} {'after':>6}")
     for path in sorted(before.keys() | after.keys()):
         a, b = before.get(path, Count(0, 0)), after.get(path, Count(0, 0))
         print(f"{path:<44} {a.lines:>6} {b.lines:>6} {a.code:>6} {b.code:>6}")
