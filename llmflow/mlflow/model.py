@@ -78,7 +78,7 @@ class LlmflowPyfuncModel(PythonModel):
         trace = not call.struct and tracing_wanted(options.trace, self.tracing)
         if trace or (options.timings and not call.struct):
             results = predict_observed(llm, rows, options, trace=trace, started=started)
-        else:  # outside as_mlflow_error: an engine failure is not bad input
+        else:
             results = [(collect(llm.stream_prepared(row.request)), None) for row in rows]
         return call.answers(results)
 
