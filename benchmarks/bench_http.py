@@ -34,16 +34,20 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
+from mlflow.models import Model
+from mlflow.pyfunc import PyFuncModel
 from openai import OpenAI
 
 from llmflow import LLM
 from llmflow.bench.openai_chunks import parse_event
 from llmflow.bench.sse import SSEParser
 from llmflow.engines.llama_cpp import usable_cores
+from llmflow.mlflow import LlmflowPyfuncModel
+from llmflow.mlflow.signature import build_signature
 from llmflow.model_files import resolve_model_path
-from llmflow.server.served import pyfunc_for_llm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import Recording, paired_ratios, spread
@@ -100,10 +104,23 @@ def in_process(llm: LLM, max_tokens: int) -> Callable[[], Sample]:
 
 
 def in_process_pyfunc(llm: LLM, max_tokens: int) -> Callable[[], Sample]:
-    pyfunc = pyfunc_for_llm(llm)
-    assert pyfunc is not None, "llmflow.mlflow is needed for the pyfunc form"
+    pyfunc = pyfunc_model(llm)
     params = {"temperature": 0.0, "max_tokens": max_tokens}
     return lambda: timed(c["content"] for c in pyfunc.predict_stream({"prompt": PROMPT}, params=params))
+
+
+def pyfunc_model(llm: LLM) -> PyFuncModel:
+    """The LLM as an MLflow pyfunc model in memory, with the signature a logged llmflow model has
+    (MLflow's schema checks included), without saving it."""
+    python_model = LlmflowPyfuncModel.from_llm(llm)
+    impl = SimpleNamespace(
+        predict=lambda data, params=None: python_model.predict(None, data, params=params),
+        predict_stream=lambda data, params=None: python_model.predict_stream(None, data, params=params),
+    )
+    meta = Model(signature=build_signature(llm.default_params, llm.system_prompt))
+    return PyFuncModel(
+        model_meta=meta, model_impl=impl, predict_fn="predict", predict_stream_fn="predict_stream"
+    )
 
 
 def over_http(base_url: str, model: str, max_tokens: int) -> Callable[[], Sample]:

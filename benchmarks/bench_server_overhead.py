@@ -28,7 +28,7 @@ def measure(events: int, runs: int) -> dict[str, list[float]]:
 
     from llmflow import LLM
     from llmflow.server import ServedModel, ServerSettings, create_app
-    from llmflow.server.runner import BackgroundServer
+    from llmflow.server.uvicorn_server import BackgroundServer
     from tests.fakes.scripted_engine import ScriptedEngine
 
     served = ServedModel.from_llm(LLM(ScriptedEngine(answer="a" * events, n_ctx=events + 64)))

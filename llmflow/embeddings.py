@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llmflow.errors import InvalidRequest
+from llmflow.errors import InvalidRequest, valid_unicode
 from llmflow.llm import LLM, check_token_ids
 
 #: inputs one request may hold (OpenAI's limit)
@@ -80,9 +80,5 @@ def normalized(vector: Sequence[float]) -> list[float]:
 def _tokenize(llm: LLM, text: str, field: str) -> list[int]:
     if not text:
         raise InvalidRequest.single(field, "is empty")
-    try:
+    with valid_unicode(field):
         return llm.tokenize(text, add_special=True)
-    except UnicodeEncodeError:
-        raise InvalidRequest.single(
-            field, "holds text that is not valid Unicode (a lone surrogate)"
-        ) from None

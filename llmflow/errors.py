@@ -3,6 +3,8 @@ them by type, never by message text."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -39,6 +41,17 @@ class InvalidRequest(LlmflowError):
     @classmethod
     def single(cls, field: str, message: str) -> InvalidRequest:
         return cls([FieldProblem(field, message)])
+
+
+@contextmanager
+def valid_unicode(field: str) -> Iterator[None]:
+    """Text with a lone surrogate cannot be encoded for the model: the caller's fault, by field."""
+    try:
+        yield
+    except UnicodeEncodeError:
+        raise InvalidRequest.single(
+            field, "holds text that is not valid Unicode (a lone surrogate)"
+        ) from None
 
 
 class InvalidParams(InvalidRequest):

@@ -205,7 +205,7 @@ def serve(
     """Serve MODEL (or several) over HTTP with token streaming: /v1/chat/completions,
     /v1/completions, /invocations (with "stream": true), /health, /metrics."""
     from llmflow.server import create_app
-    from llmflow.server.runner import run
+    from llmflow.server.uvicorn_server import run
 
     with exit_on_llmflow_error():
         key = _read_api_key(api_key, api_key_file)

@@ -12,7 +12,8 @@ llmflow's own server maps `.error` by its class, like any other llmflow error.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,15 @@ class InvalidModelInput(MlflowException):
     def __init__(self, error: LlmflowError):
         super().__init__(str(error), error_code=INVALID_PARAMETER_VALUE)
         self.error = error
+
+
+@contextmanager
+def as_mlflow_error() -> Iterator[None]:
+    """llmflow's input errors as `MlflowException`s (HTTP 400 in MLflow's scoring server)."""
+    try:
+        yield
+    except LlmflowError as exc:
+        raise InvalidModelInput(exc) from exc
 
 
 NO_TOOLS = ToolChoice("none")

@@ -22,31 +22,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlflow.exceptions import MlflowException
 from mlflow.pyfunc import PythonModel
 
-from llmflow.errors import InvalidParams, LlmflowError, ModelNotFound
+from llmflow.errors import ModelNotFound
 from llmflow.llm import collect
 from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
-from llmflow.mlflow.inputs import (
-    InvalidModelInput,
-    Options,
-    parse_each_row,
-    parse_options,
-    parse_rows,
-    parse_single,
-)
+from llmflow.mlflow.inputs import Options, as_mlflow_error, parse_options, parse_single
 from llmflow.mlflow.observed_calls import STREAM_SPAN, observed_stream, predict_observed, start_trace
-from llmflow.mlflow.output import call_dicts, detail_extras, prepare_call, with_calls
-from llmflow.mlflow.signature import RESULT_STRUCT, TIMINGS
-from llmflow.mlflow.struct_result import struct_answers
+from llmflow.mlflow.output import call_dicts, prepare_call, with_calls
+from llmflow.mlflow.predict_call import PredictCall, prepare_predict
 from llmflow.mlflow.worker_cache import load_llm
 from llmflow.observability import RequestTimings, tracing_wanted
-from llmflow.types import Chunk, Completion, FinishReason, Usage
+from llmflow.types import Chunk, FinishReason, Usage
 
 if TYPE_CHECKING:
     from llmflow.llm import LLM, PreparedRequest, PromptInput
@@ -81,27 +72,15 @@ class LlmflowPyfuncModel(PythonModel):
         """One answer per input row, generated one after the other."""
         started = time.perf_counter()
         llm = self._loaded()
-        with as_mlflow_error():
-            options = parse_options(params, llm.default_params)
-            if options.result == RESULT_STRUCT:  # a bad row becomes an error record
-                each_row = parse_each_row(model_input)
-        if options.result == RESULT_STRUCT:  # outside: an engine failure is not bad input
-            return struct_answers(llm, each_row, options)
-        with as_mlflow_error():
-            rows = parse_rows(model_input)
-            prepared = [prepare_call(llm, row, options) for row in rows]
-            requests = [request for request, _ in prepared]
-            if options.timings and not options.details:
-                raise InvalidParams.single(TIMINGS, "needs details=true in predict (answers are strings)")
-        trace = tracing_wanted(options.trace, self.tracing)
-        if trace or options.timings:
-            results = predict_observed(llm, rows, requests, options, trace=trace, started=started)
+        call = self.prepare_predict(model_input, params)
+        options = call.options
+        rows = call.generated
+        trace = not call.struct and tracing_wanted(options.trace, self.tracing)
+        if trace or (options.timings and not call.struct):
+            results = predict_observed(llm, rows, options, trace=trace, started=started)
         else:
-            results = [(collect(llm.stream_prepared(request)), None) for request in requests]
-        return [
-            _answer(completion, timings, options, plan)
-            for (completion, timings), (_, plan) in zip(results, prepared, strict=True)
-        ]
+            results = [(collect(llm.stream_prepared(row.request)), None) for row in rows]
+        return call.answers(results)
 
     def predict_stream(
         self, context: Any, model_input, params: dict[str, Any] | None = None
@@ -118,6 +97,11 @@ class LlmflowPyfuncModel(PythonModel):
             return chunk_dicts(call_dicts(with_calls(llm.stream_prepared(request), plan)))
         stream = observed_stream(llm, request, timings, trace)
         return chunk_dicts(call_dicts(with_calls(stream, plan)), timings if options.timings else None)
+
+    def prepare_predict(self, model_input: Any, params: dict[str, Any] | None) -> PredictCall:
+        """What `predict` checks before its first token: every row's prepared request (see
+        `predict_call`). Callers that generate the rows themselves (the server) start here too."""
+        return prepare_predict(self._loaded(), model_input, params)
 
     def prepare_stream(
         self, model_input: Any, params: dict[str, Any] | None
@@ -139,17 +123,6 @@ class LlmflowPyfuncModel(PythonModel):
                 "with LlmflowPyfuncModel.from_llm"
             )
         return self.llm
-
-
-def _answer(
-    completion: Completion, timings: RequestTimings | None, options: Options, plan: ToolPlan | None = None
-) -> Any:
-    if not options.details:
-        return completion.text
-    answer = {**completion_to_dict(completion), **detail_extras(completion, options, plan)}
-    if options.timings and timings is not None:
-        answer["timings"] = timings.to_dict()
-    return answer
 
 
 def llm_from_context(context: Any) -> tuple[LLM, bool | None]:
@@ -244,23 +217,3 @@ def chunk_from_dict(data: dict[str, Any]) -> Chunk:
         return Chunk(data["content"])
     usage = data["usage"]
     return Chunk("", FinishReason(reason), Usage(usage["prompt_tokens"], usage["completion_tokens"]))
-
-
-def completion_to_dict(completion: Completion) -> dict[str, Any]:
-    answer = {
-        "content": completion.text,
-        "finish_reason": completion.finish_reason.value,
-        "usage": completion.usage.to_dict(),
-    }
-    if completion.logprobs:  # asked for with the `logprobs` param
-        answer["logprobs"] = [t.to_dict() for t in completion.logprobs]
-    return answer
-
-
-@contextmanager
-def as_mlflow_error() -> Iterator[None]:
-    """llmflow's input errors as `MlflowException`s (HTTP 400 in MLflow's scoring server)."""
-    try:
-        yield
-    except LlmflowError as exc:
-        raise InvalidModelInput(exc) from exc

@@ -19,6 +19,7 @@ from llmflow.types import CancelToken, Completion, Message
 if TYPE_CHECKING:
     from llmflow.llm import LLM, PreparedRequest, PromptInput
     from llmflow.mlflow.inputs import Options
+    from llmflow.mlflow.predict_call import Row
 
 STREAM_SPAN = "llmflow.predict_stream"
 PREDICT_SPAN = "llmflow.predict"
@@ -30,10 +31,11 @@ def observed_stream(
     request: PreparedRequest,
     timings: RequestTimings,
     trace: RequestTrace | None,
+    cancel: CancelToken | None = None,
 ) -> ObservedStream:
     """The generation of `request`, timed into `timings` and traced into `trace` (when given)."""
     timings.prompt_tokens = len(request.prompt_ids)
-    cancel = CancelToken()
+    cancel = cancel or CancelToken()
     return ObservedStream(llm.stream_prepared(request, cancel), cancel, ObservedGeneration(timings, trace))
 
 
@@ -50,8 +52,7 @@ def start_trace(
 
 def predict_observed(
     llm: LLM,
-    rows: list[PromptInput],
-    requests: list[PreparedRequest],
+    rows: list[Row],
     options: Options,
     *,
     trace: bool,
@@ -60,18 +61,18 @@ def predict_observed(
     """Every row's completion with its timings, under one trace when `trace`."""
     root = None
     if trace:
-        inputs = {"inputs": [row_inputs(row) for row in rows], "params": params_inputs(options)}
+        inputs = {"inputs": [row_inputs(row.prompt) for row in rows], "params": params_inputs(options)}
         root = RequestTrace(PREDICT_SPAN, inputs, attributes=model_attributes(llm), span_type="CHAIN")
         root.begin(started)
     results: list[tuple[Completion, RequestTimings | None]] = []
     try:
-        for row, request in zip(rows, requests, strict=True):
+        for row in rows:
             timings = RequestTimings()
             timings.admit()  # rows run one after the other: a row's clock starts with it
             child = None
             if root is not None and root.span is not None:
-                child = start_trace(ROW_SPAN, llm, row, options, timings.arrived, parent=root.span)
-            results.append((collect(observed_stream(llm, request, timings, child)), timings))
+                child = start_trace(ROW_SPAN, llm, row.prompt, options, timings.arrived, parent=root.span)
+            results.append((collect(observed_stream(llm, row.request, timings, child)), timings))
     except BaseException as exc:
         if root is not None:
             root.end(error=exc)

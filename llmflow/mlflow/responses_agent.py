@@ -27,7 +27,8 @@ from mlflow.pyfunc import ResponsesAgent
 from mlflow.types.responses import ResponsesAgentRequest, ResponsesAgentResponse, ResponsesAgentStreamEvent
 
 from llmflow.llm import collect
-from llmflow.mlflow.model import as_mlflow_error, llm_from_context
+from llmflow.mlflow.inputs import as_mlflow_error
+from llmflow.mlflow.model import llm_from_context
 from llmflow.responses.request import read_request
 from llmflow.responses.turn import PreparedResponse, prepare_response
 from llmflow.types import Chunk

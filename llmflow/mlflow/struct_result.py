@@ -18,12 +18,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from llmflow.errors import LlmflowError
-from llmflow.llm import PromptInput, collect
-from llmflow.mlflow.output import prepare_call
-from llmflow.types import FinishReason
+from llmflow.types import Completion, FinishReason
 
 if TYPE_CHECKING:
-    from llmflow.llm import LLM
     from llmflow.mlflow.inputs import Options
 
 #: the fields of a struct record, in order
@@ -36,22 +33,8 @@ SPARK_RESULT_TYPE = (
 FINISH_ERROR = "error"
 
 
-def struct_answers(
-    llm: LLM, rows: list[PromptInput | LlmflowError], options: Options
-) -> list[dict[str, Any]]:
-    """One record per row, generated one after the other. Only input errors become records;
-    an engine failure still fails the call."""
-    return [_answer(llm, row, options) for row in rows]
-
-
-def _answer(llm: LLM, row: PromptInput | LlmflowError, options: Options) -> dict[str, Any]:
-    if isinstance(row, LlmflowError):
-        return error_record(row)
-    try:
-        request, _ = prepare_call(llm, row, options)
-    except LlmflowError as exc:  # bad messages, a prompt too long for the context window
-        return error_record(exc)
-    completion = collect(llm.stream_prepared(request))
+def struct_record(completion: Completion, options: Options) -> dict[str, Any]:
+    """The record of a generated row; a JSON answer cut at max_tokens is an error record."""
     constraint = options.output.constraint
     if constraint is not None and constraint.is_json and completion.finish_reason is not FinishReason.STOP:
         return error_record(AnswerCut(completion.usage.completion_tokens))

@@ -21,7 +21,7 @@ from llmflow.server.error_answers import EXCEPTION_HANDLERS
 from llmflow.server.metrics import ServerMetrics
 from llmflow.server.middleware import ApiKeyMiddleware, BodyLimitMiddleware, ResponseCounterMiddleware
 from llmflow.server.model_config import ModelConfig
-from llmflow.server.models import ModelLeases, ModelRegistry
+from llmflow.server.model_registry import ModelLeases, ModelRegistry
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
 from llmflow.server.state import ServerState

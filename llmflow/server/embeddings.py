@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmflow.embeddings import embed
-from llmflow.server.models import model_for
+from llmflow.server.model_registry import model_for
 from llmflow.server.openai import llm_for
 from llmflow.server.schemas import error_responses
 

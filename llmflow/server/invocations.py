@@ -5,10 +5,11 @@ streaming: with `"stream": true` the answer is `text/event-stream`, one `data: <
 Errors from the model keep MLflow's shape (`{"error_code", "message"}`) and status, as MLflow
 clients expect; the server's own refusals (key, limits, queue) use the OpenAI shape everywhere.
 
-An llmflow model's stream joins the server's own pipeline: its input is parsed and checked as
-MLflow's `predict_stream` would (`mlflow_scoring.stream_input`) and by the model's own checks into
-a prepared request, streamed like an OpenAI route's and written as the model's chunk dicts. Only
-a third-party model's stream runs through its pyfunc `predict_stream`.
+An llmflow model joins the server's own pipeline, streamed or not: its input is parsed and
+checked as MLflow's `predict` and `predict_stream` would (`mlflow_scoring`), then by the model's
+own checks, into prepared requests (a stream's one, or one per `predict` row, generated one after
+the other as one generation), and its answer is written as the model writes it. Only a
+third-party model runs through its pyfunc `predict` and `predict_stream`.
 
 A model logged as a ResponsesAgent (`interface="responses"`) is answered as MLflow's AgentServer
 answers it, in the Responses format (`responses.answer_agent`).
@@ -26,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
@@ -40,14 +43,14 @@ from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
 from llmflow.server.mlflow_format import ChunkDictFormat, LlmflowChunkFormat
-from llmflow.server.models import model_for
-from llmflow.server.pipeline import NOTHING_READ, observe, stream_events
+from llmflow.server.model_registry import model_for
+from llmflow.server.pipeline import NOTHING_READ, collect, observe, stream_events
 from llmflow.server.responses import answer_agent, pop_stream_flag
 from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.state import ModelState
 from llmflow.tools import ToolPlan
-from llmflow.types import CancelToken, current_cancel
+from llmflow.types import CancelToken, Completion
 
 if TYPE_CHECKING:
     from llmflow.llm import PreparedRequest
@@ -136,27 +139,29 @@ async def serving_endpoint_invocations(name: str, request: Request) -> Response:
 async def invoke(request: Request, state: ModelState, *, ping: bool) -> Response:
     """/invocations of the model `state`; `ping`: SSE comments keep an idle stream alive."""
     timings = RequestTimings()
-    model = state.served.pyfunc
-    if model is None:
-        raise UnsupportedEndpoint(f"{state.served.name!r} has no MLflow pyfunc form to serve at /invocations")
+    served = state.served
+    if served.metadata is None:
+        raise UnsupportedEndpoint(f"{served.name!r} has no MLflow pyfunc form to serve at /invocations")
     body = await request.body()
     content_type = request.headers.get("content-type") or mlflow_scoring.JSON
     payload = await _json_payload(body, content_type)
     stream = False if payload is None else pop_stream_flag(payload)
-    if payload is not None and state.served.agent is not None:
+    if payload is not None and served.agent is not None:
         return await answer_agent(state, request, payload, stream, timings, ping=ping, on_error=_error_answer)
     if payload is not None:
         payload = mlflow_scoring.flatten_llm_params(payload)
-    if stream:
-        if not state.served.streams_invocations:
-            raise UnsupportedEndpoint(f"{state.served.name!r} does not implement predict_stream")
-        assert payload is not None
-        if state.served.llmflow_model is not None:
-            llmflow_model = state.served.llmflow_model
-            return await _stream_llmflow(state, llmflow_model, payload, timings, request.receive, ping)
-        return await _stream(state, model, payload, timings, request.receive, ping)
+    if stream and not served.streams_invocations:
+        raise UnsupportedEndpoint(f"{served.name!r} does not implement predict_stream")
+    receive = request.receive
     data = body if payload is None else payload
-    return await _predict(state, model, data, content_type, timings, request.receive)
+    if served.llmflow_model is not None:
+        if stream:
+            return await _stream_llmflow(state, served.llmflow_model, data, timings, receive, ping)
+        return await _predict_llmflow(state, served.llmflow_model, data, content_type, timings, receive)
+    assert served.pyfunc is not None
+    if stream:
+        return await _stream(state, served.pyfunc, data, timings, receive, ping)
+    return await _predict(state, served.pyfunc, data, content_type, timings, receive)
 
 
 async def _json_payload(body: bytes, content_type: str) -> dict[str, Any] | None:
@@ -173,38 +178,77 @@ async def _json_payload(body: bytes, content_type: str) -> dict[str, Any] | None
     return payload if isinstance(payload, dict) else None
 
 
+def _trace_inputs(data: Any, content_type: str) -> Callable[[], Any]:
+    return lambda: data if isinstance(data, dict) else {"content_type": content_type}
+
+
 async def _predict(
     state: ModelState, model: Any, data: Any, content_type: str, timings: RequestTimings, receive: Receive
 ) -> Response:
-    """MLflow's `predict` in a worker. A client that disconnects meanwhile cancels it: an llmflow
-    model's generations stop within a token (through `current_cancel`), and its place is freed."""
-    inputs = data if isinstance(data, dict) else {"content_type": content_type}
-    observed = observe(state, timings, INVOCATIONS_SPAN, lambda: inputs)
+    """A third-party model's `predict` in a worker, through MLflow's scoring function. It cannot
+    be interrupted: a client that disconnects meanwhile frees its place once the model returns."""
+    observed = observe(state, timings, INVOCATIONS_SPAN, _trace_inputs(data, content_type))
     trace = observed.trace
-    cancel = CancelToken()
 
     def score() -> Iterator[Any]:
-        reset = current_cancel.set(cancel)
-        try:
-            answer = mlflow_scoring.predict(model, data, content_type)
-        finally:
-            current_cancel.reset(reset)
+        answer = mlflow_scoring.predict(model, data, content_type)
         if trace is not None:
             trace.set_result(_parsed(answer.body), failed=answer.status >= 400)
         return iter((answer,))
 
-    generation = await start_generation(state, score, observed, cancel=cancel, receive=receive)
+    generation = await start_generation(state, score, observed, receive=receive)
     try:
         with stop_on_disconnect(generation, receive):
             answer = await generation.stream.__anext__()
             # the client has gone: nobody reads this answer
-            observed.decide("cancelled" if cancel.cancelled else "stop" if answer.status == 200 else "error")
+            left = generation.stream.stopped
+            observed.decide("cancelled" if left else "stop" if answer.status == 200 else "error")
     except Exception as exc:
         observed.decide("error")
         return _error_answer(exc)
     finally:
         generation.close()
     return Response(answer.body, status_code=answer.status, media_type=answer.media_type)
+
+
+async def _predict_llmflow(
+    state: ModelState,
+    python_model: LlmflowPyfuncModel,
+    data: Any,
+    content_type: str,
+    timings: RequestTimings,
+    receive: Receive,
+) -> Response:
+    """`predict` of an llmflow model in the server's own pipeline: the body parsed and checked
+    as MLflow does and by the model's own checks (bad input is a 400 in MLflow's shape before
+    any place is taken), the rows generated one after the other as one generation, their
+    answers built by the model's own code and written as MLflow writes them."""
+    metadata, llm = state.served.metadata, python_model.llm
+    assert metadata is not None and llm is not None
+    try:
+        parsed = await asyncio.to_thread(
+            mlflow_scoring.predict_input, metadata, data, content_type, python_model.prepare_predict
+        )
+    except Exception as exc:
+        return _error_answer(exc)
+    if isinstance(parsed, mlflow_scoring.ScoringAnswer):  # a body MLflow does not read: 415
+        return Response(parsed.body, status_code=parsed.status, media_type=parsed.media_type)
+    call, unwrapped = parsed
+    options = call.options
+    timed: list[RequestTimings] | None = [] if options.timings and not call.struct else None
+    completions: list[Completion] = []
+    if call.generated:  # else every row is a struct result's error record
+        inputs = _trace_inputs(data, content_type)
+        observed = observe(state, timings, INVOCATIONS_SPAN, inputs, options.trace, python_model.tracing)
+        cancel = CancelToken()
+        source = partial(call.stream, llm, cancel, timed, observed.trace)
+        generation = await start_generation(state, source, observed, cancel=cancel, receive=receive)
+        try:
+            completions = await collect(generation, receive, len(call.generated))
+        except Exception as exc:
+            return _error_answer(exc)
+    answers = call.answers(zip(completions, timed or repeat(None), strict=False))
+    return Response(mlflow_scoring.predictions_json(answers, unwrapped), media_type=mlflow_scoring.JSON)
 
 
 async def _stream(
@@ -240,10 +284,10 @@ async def _stream_llmflow(
     ping: bool,
 ) -> Response:
     """Bad input is a 400 in MLflow's shape before the stream starts, as from the pyfunc model."""
-    model = state.served.pyfunc
+    metadata = state.served.metadata
 
     def prepare() -> tuple[Any, Any, PreparedRequest, ToolPlan | None]:
-        data, params = mlflow_scoring.stream_input(model, payload)
+        data, params = mlflow_scoring.stream_input(metadata, payload)
         return python_model.prepare_stream(data, params)
 
     try:
@@ -283,7 +327,7 @@ def _error_answer(exc: Exception) -> Response:
     """Before streaming began: llmflow's own errors by the table, the model's in MLflow's shape."""
     if isinstance(exc, LlmflowError):
         return error_response(exc)
-    error = mlflow_scoring.as_mlflow_error(exc)
+    error = mlflow_scoring.scoring_error(exc)
     return Response(
         mlflow_scoring.error_body(error),
         status_code=error.get_http_status_code(),

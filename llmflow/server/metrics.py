@@ -70,33 +70,27 @@ class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.ttft = Histogram(
+
+        def histogram(name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, documentation, [MODEL], buckets=buckets, registry=r)
+
+        self.ttft = histogram(
             "llmflow_time_to_first_token_seconds",
             "Time from arrival to the first text chunk",
-            [MODEL],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            _LATENCY_BUCKETS,
         )
-        self.inter_token = Histogram(
+        self.inter_token = histogram(
             "llmflow_inter_token_latency_seconds",
             "Time between consecutive streamed text chunks",
-            [MODEL],
-            buckets=_TOKEN_GAP_BUCKETS,
-            registry=r,
+            _TOKEN_GAP_BUCKETS,
         )
-        self.queue_time = Histogram(
-            "llmflow_request_queue_time_seconds",
-            "Time spent waiting for a place",
-            [MODEL],
-            buckets=_REQUEST_BUCKETS,
-            registry=r,
+        self.queue_time = histogram(
+            "llmflow_request_queue_time_seconds", "Time spent waiting for a place", _REQUEST_BUCKETS
         )
-        self.e2e = Histogram(
+        self.e2e = histogram(
             "llmflow_e2e_request_latency_seconds",
             "Time from arrival to the end of generation",
-            [MODEL],
-            buckets=_REQUEST_BUCKETS,
-            registry=r,
+            _REQUEST_BUCKETS,
         )
         self.prompt_tokens = Counter("llmflow_prompt_tokens", "Prompt tokens processed", [MODEL], registry=r)
         self.generation_tokens = Counter("llmflow_generation_tokens", "Tokens generated", [MODEL], registry=r)

@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmflow.errors import LlmflowError, RequestReadTimeout, RequestTooLarge, Unauthorized
 from llmflow.server.error_answers import error_response_for
-from llmflow.server.models import MODEL_KEY
+from llmflow.server.model_registry import MODEL_KEY
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 
 from llmflow.choices import stream_choices
 from llmflow.constraints import Constraint
-from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest, UnsupportedEndpoint
+from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest, UnsupportedEndpoint, valid_unicode
 from llmflow.llm import LLM, PreparedRequest
 from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
@@ -27,7 +27,7 @@ from llmflow.params import SamplingParams
 from llmflow.prompts import parse_messages
 from llmflow.server import openai_format
 from llmflow.server.event_stream import EventStream
-from llmflow.server.models import model_for
+from llmflow.server.model_registry import model_for
 from llmflow.server.openai_format import ChoicesFormat, StreamFormat, ToolStreamFormat
 from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.running import start_generation
@@ -246,13 +246,8 @@ async def prepare(
             plan.check(llm.compile)
         return llm.prepare(prompt, params, raw=raw, **options)
 
-    try:
+    with valid_unicode("prompt" if raw else "messages"):
         return await asyncio.to_thread(prepared)
-    except UnicodeEncodeError:
-        field = "prompt" if raw else "messages"
-        raise InvalidRequest.single(
-            field, "holds text that is not valid Unicode (a lone surrogate)"
-        ) from None
 
 
 # -- answering ----------------------------------------------------------------------------------

@@ -84,12 +84,21 @@ class StreamFormat(ChunkFormat):
             return self._thinking_prefix + thinking + b',"reasoning":' + thinking + self._suffix
         return self._prefix + json.dumps(chunk.text, ensure_ascii=False).encode() + self._suffix
 
-    def final(self, chunk: Chunk, final: Chunk, timings: RequestTimings) -> bytes:
+    def final(self, item: Any, final: Chunk, timings: RequestTimings) -> bytes:
+        """The finish chunk, and the usage chunk with `include_usage`; the last carries `timings`
+        when asked for."""
         extra = {"timings": timings.to_dict()} if self.with_timings else None
-        reason = finish_reason_value(final.finish_reason)
+        reason, index = self._reason(item, final), self._index(item)
         if not self.include_usage or final.usage is None:
-            return self.finish(reason, extra)
-        return self.finish(reason) + self.usage(final.usage, extra)
+            return self.finish(reason, extra, index)
+        return self.finish(reason, index=index) + self.usage(final.usage, extra)
+
+    def _reason(self, item: Any, final: Chunk) -> str | None:
+        return finish_reason_value(final.finish_reason)
+
+    @staticmethod
+    def _index(item: Any) -> int:
+        return 0
 
     @staticmethod
     def error(error: Exception) -> bytes:
@@ -242,18 +251,18 @@ class ChoicesFormat(StreamFormat):
             self._called.add(item.index)
             return self._call(chunk, item.index)
         if chunk.finish_reason is not None:
-            return self.finish(self._reason(item.index, chunk.finish_reason), index=item.index)
+            return self.finish(self._choice_reason(item.index, chunk.finish_reason), index=item.index)
         return self._scored(chunk, item.index)
 
-    def final(self, item: ChoiceChunk, final: Chunk, timings: RequestTimings) -> bytes:  # type: ignore[override]
-        extra = {"timings": timings.to_dict()} if self.with_timings else None
+    def _reason(self, item: ChoiceChunk, final: Chunk) -> str:  # type: ignore[override]
         assert final.finish_reason is not None
-        reason = self._reason(item.index, final.finish_reason)
-        if not self.include_usage or final.usage is None:
-            return self.finish(reason, extra, index=item.index)
-        return self.finish(reason, index=item.index) + self.usage(final.usage, extra)
+        return self._choice_reason(item.index, final.finish_reason)
 
-    def _reason(self, index: int, reason: FinishReason) -> str:
+    @staticmethod
+    def _index(item: ChoiceChunk) -> int:
+        return item.index
+
+    def _choice_reason(self, index: int, reason: FinishReason) -> str:
         return tool_calls_reason(reason) if index in self._called else reason.value
 
 
@@ -281,13 +290,9 @@ class ToolStreamFormat(StreamFormat):
         self._called = True
         return self._call(item)
 
-    def final(self, chunk: Chunk | ToolCallChunk, final: Chunk, timings: RequestTimings) -> bytes:  # type: ignore[override]
-        extra = {"timings": timings.to_dict()} if self.with_timings else None
+    def _reason(self, item: Chunk, final: Chunk) -> str:  # type: ignore[override]
         assert final.finish_reason is not None
-        reason = tool_calls_reason(final.finish_reason) if self._called else final.finish_reason.value
-        if not self.include_usage or final.usage is None:
-            return self.finish(reason, extra)
-        return self.finish(reason) + self.usage(final.usage, extra)
+        return tool_calls_reason(final.finish_reason) if self._called else final.finish_reason.value
 
 
 def model_list(names: list[str], created: int) -> dict[str, Any]:

@@ -120,10 +120,12 @@ async def stream_events(
 
 async def collect(generation: RunningGeneration[Any], receive: Receive, n: int = 1) -> list[Completion]:
     """The whole answer: one completion per choice (items are `Chunk`s, or `ChoiceChunk`s when
-    `n` > 1), each with the usage of all. A client that disconnects meanwhile stops the
-    generation."""
+    `n` > 1), once every choice has ended. A choice's completion has the usage its final chunk
+    carries, else the total (OpenAI's choices: the last to end carries the usage of all; rows
+    of `predict`: each its own). A client that disconnects meanwhile stops the generation."""
     answers = [_Answer() for _ in range(n)]
     observed = generation.observed
+    running = n
     try:
         with stop_on_disconnect(generation, receive):
             async for item in generation.stream:
@@ -136,10 +138,14 @@ async def collect(generation: RunningGeneration[Any], receive: Receive, n: int =
                 elif chunk.reasoning:
                     answer.thinking.append(chunk.reasoning)
                 elif chunk.finish_reason is not None:
-                    answer.finish = chunk.finish_reason
-                    if chunk.usage is not None:
-                        observed.final(chunk)
-                        return [a.completion(chunk.usage) for a in answers]
+                    answer.finish, answer.usage = chunk.finish_reason, chunk.usage
+                    running -= 1
+                    if running == 0:
+                        usages = [a.usage for a in answers if a.usage is not None]
+                        prompt = sum(u.prompt_tokens for u in usages)
+                        total = Usage(prompt, sum(u.completion_tokens for u in usages))
+                        observed.final(Chunk("", chunk.finish_reason, total))
+                        return [a.completion(a.usage or total) for a in answers]
         raise RuntimeError("the generation ended without a final chunk")
     except BaseException:
         observed.decide("error")
@@ -156,6 +162,7 @@ class _Answer:
         self.thinking: list[str] = []
         self.logprobs: list[TokenLogprob] = []
         self.finish: FinishReason | None = None
+        self.usage: Usage | None = None
 
     def completion(self, usage: Usage) -> Completion:
         assert self.finish is not None

@@ -18,14 +18,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from mlflow.exceptions import MlflowException
 
-from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint
+from llmflow.errors import InvalidRequest, LlmflowError, UnsupportedEndpoint, valid_unicode
 from llmflow.llm import LLM
 from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT
 from llmflow.responses.request import read_request
 from llmflow.responses.turn import PreparedResponse, prepare_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
-from llmflow.server.models import model_for
+from llmflow.server.model_registry import model_for
 from llmflow.server.openai import llm_for
 from llmflow.server.pipeline import collect, observe, stream_events
 from llmflow.server.responses_format import ResponsesFormat
@@ -57,12 +57,8 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     fields = body.model_dump(exclude_none=True)
     extensions = {name: fields.pop(name) for name in _EXTENSIONS if name in fields}
     read = read_request(fields, extensions, params_field="")
-    try:
+    with valid_unicode("input"):
         prepared = await asyncio.to_thread(prepare_response, llm, read, state.served.name, fields)
-    except UnicodeEncodeError:
-        raise InvalidRequest.single(
-            "input", "holds text that is not valid Unicode (a lone surrogate)"
-        ) from None
     inputs = body.model_dump(exclude_unset=True)
     return await answer(state, request, llm, prepared, timings, stream=body.stream, inputs=inputs)
 

@@ -19,7 +19,7 @@ from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
 
 if TYPE_CHECKING:
-    from llmflow.server.models import ModelRegistry
+    from llmflow.server.model_registry import ModelRegistry
     from llmflow.server.running import RunningGeneration
 
 logger = logging.getLogger(__name__)

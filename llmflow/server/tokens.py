@@ -11,8 +11,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from llmflow.errors import InvalidRequest
-from llmflow.server.models import model_for
+from llmflow.errors import valid_unicode
+from llmflow.server.model_registry import model_for
 from llmflow.server.openai import llm_for
 from llmflow.server.schemas import error_responses
 
@@ -55,14 +55,10 @@ class DetokenizeResponse(BaseModel):
 async def tokenize(body: TokenizeRequest, request: Request) -> JSONResponse:
     """Token ids of `content`; with `with_pieces`, each with its text."""
     llm = llm_for(await model_for(request, body.model))
-    try:
+    with valid_unicode("content"):
         ids = await asyncio.to_thread(
             llm.tokenize, body.content, add_special=body.add_special, parse_special=body.parse_special
         )
-    except UnicodeEncodeError:
-        raise InvalidRequest.single(
-            "content", "holds text that is not valid Unicode (a lone surrogate)"
-        ) from None
     if not body.with_pieces:
         return JSONResponse({"tokens": ids})
     pieces = llm.token_pieces(ids)

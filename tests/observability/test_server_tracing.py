@@ -119,6 +119,20 @@ def test_an_invocations_stream_of_an_llmflow_model_is_one_span(traced_server, ex
     assert span.outputs["finish_reason"] == final["finish_reason"]
 
 
+def test_an_invocations_predict_of_an_llmflow_model_is_one_span(traced_server, experiment):
+    """Its rows are one generation of the server's pipeline: one span, the answers its outputs."""
+    rows = {"dataframe_split": {"columns": ["prompt"], "data": [["Hi"], ["Yo"]]}}
+    with httpx.Client(base_url=traced_server.url, timeout=TIMEOUT_S) as http:
+        answers = http.post("/invocations", json={**rows, "params": {"max_tokens": 3}}).json()["predictions"]
+        wait_until_idle(http)
+
+    (trace,) = experiment.traces(1)
+    assert trace.info.state == "OK"
+    span = only_span(trace)
+    assert span.name == "llmflow.invocations"
+    assert span.outputs == answers and len(answers) == 2
+
+
 def test_an_invocations_disconnect_ends_its_span(traced_server, experiment):
     body = {"prompt": "Tell me a long story.", "max_tokens": 200, "stream": True}
     with httpx.Client(base_url=traced_server.url, timeout=TIMEOUT_S) as http:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from llmflow.server import ServedModel
-from llmflow.server.runner import BackgroundServer
+from llmflow.server.uvicorn_server import BackgroundServer
 from tests.extras import need
 from tests.server.conftest import TIMEOUT_S, running, wait_until_idle
 

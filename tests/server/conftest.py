@@ -15,7 +15,7 @@ import pytest
 from openai import OpenAI
 
 from llmflow.server import ServedModel, ServerSettings, create_app
-from llmflow.server.runner import BackgroundServer
+from llmflow.server.uvicorn_server import BackgroundServer
 
 #: generous: a loaded 2-core machine can be slow, and a hang should still fail rather than stall
 TIMEOUT_S = 300

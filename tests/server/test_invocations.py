@@ -16,7 +16,7 @@ import llmflow.mlflow
 from llmflow.errors import InvalidParams
 from llmflow.model_files import default_model_path
 from llmflow.server import ServerSettings, create_app, load_served
-from llmflow.server.runner import BackgroundServer
+from llmflow.server.uvicorn_server import BackgroundServer
 from tests.mlflow.store import Store, using
 from tests.server.conftest import TIMEOUT_S, metric, running, sse_events, wait_until_idle
 from tests.server.pyfunc_models import save_and_load
@@ -284,3 +284,40 @@ def test_llmflow_model_streams_structured_output_and_tool_calls_at_invocations(h
     for call in final["tool_calls"]:
         assert call["function"]["name"] == "get_weather"
         assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
+
+
+def test_llmflow_model_predict_joins_the_pipeline_and_answers_as_the_model_does(http, served_llm):
+    """A non-streamed predict of an llmflow model: its rows are one generation of the server's
+    (one request in /metrics, its tokens counted), answered as the pyfunc model answers in process."""
+    from llmflow.mlflow import LlmflowPyfuncModel
+
+    rows = [["Hi"], ["Name a colour."]]
+    params = {**GREEDY, "max_tokens": 3, "details": True, "timings": True}
+    body = {"dataframe_split": {"columns": ["prompt"], "data": rows}, "params": params}
+    before = wait_until_idle(http)
+    predictions = http.post("/invocations", json=body).json()["predictions"]
+    after = wait_until_idle(http)
+
+    in_process = LlmflowPyfuncModel.from_llm(served_llm.llm).predict(
+        None, [r[0] for r in rows], params=params
+    )
+    assert [set(p) for p in predictions] == [set(p) for p in in_process]
+    assert all(set(p["timings"]) == set(in_process[0]["timings"]) for p in predictions)
+    finished = sum(
+        metric(after, "llmflow_requests_finished_total", outcome=o)
+        - metric(before, "llmflow_requests_finished_total", outcome=o)
+        for o in ("stop", "length", "cancelled", "error")
+    )
+    assert finished == 1
+    generated = metric(after, "llmflow_generation_tokens_total") - metric(
+        before, "llmflow_generation_tokens_total"
+    )
+    assert generated == sum(p["usage"]["completion_tokens"] for p in predictions)
+
+    struct = {
+        "dataframe_records": [{"prompt": "Hi"}, {"prompt": " "}],
+        "params": {"max_tokens": 2, "result": "struct"},
+    }
+    good, bad = http.post("/invocations", json=struct).json()["predictions"]
+    assert good["error"] == "" and good["completion_tokens"] <= 2
+    assert bad["finish_reason"] == "error" and bad["error"]

@@ -14,7 +14,7 @@ import pytest
 from llmflow.errors import InvalidParams, ModelTooLarge, UnknownModel
 from llmflow.server.metrics import ServerMetrics
 from llmflow.server.model_config import ModelConfig
-from llmflow.server.models import LEASES_KEY, ModelRegistry
+from llmflow.server.model_registry import LEASES_KEY, ModelRegistry
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
 from tests.server.conftest import metric
@@ -129,7 +129,7 @@ def sized(monkeypatch) -> tuple[dict[str, int], dict[str, int], list[str]]:
         return ServedModel(name, llm=SimpleNamespace(engine=engine, close=lambda: None))  # type: ignore[arg-type]
 
     monkeypatch.setattr(ModelConfig, "load", load)
-    monkeypatch.setattr("llmflow.server.models.weights_on_disk", lambda config: before.get(config.name, 0))
+    monkeypatch.setattr("llmflow.server.model_registry.weights_on_disk", lambda config: before.get(config.name, 0))
     return after, before, done
 
 

@@ -25,7 +25,7 @@ from llmflow.cli.serve import model_configs
 from llmflow.errors import InvalidParams
 from llmflow.model_files import default_model_path
 from llmflow.server.model_config import ModelConfig, read_config_file
-from llmflow.server.runner import BackgroundServer
+from llmflow.server.uvicorn_server import BackgroundServer
 from tests.server.conftest import TIMEOUT_S, metric, running, sse_events, wait_healthy, wait_until_idle
 
 SOLO = ModelConfig(name="solo", engine="llama_cpp", threads=1)

@@ -14,7 +14,7 @@ from openai import OpenAI
 from llmflow import LLM
 from llmflow.prompts import ChatTemplate
 from llmflow.server import ServerSettings, create_app
-from llmflow.server.runner import BackgroundServer
+from llmflow.server.uvicorn_server import BackgroundServer
 from llmflow.streaming import ByteDetokenizer, stream_chunks
 from llmflow.streaming.reasoning import ReasoningSplitter, opens_thinking
 from tests.fakes.scripted_engine import EOS, ScriptedEngine
