@@ -129,7 +129,9 @@ def sized(monkeypatch) -> tuple[dict[str, int], dict[str, int], list[str]]:
         return ServedModel(name, llm=SimpleNamespace(engine=engine, close=lambda: None))  # type: ignore[arg-type]
 
     monkeypatch.setattr(ModelConfig, "load", load)
-    monkeypatch.setattr("llmflow.server.model_registry.weights_on_disk", lambda config: before.get(config.name, 0))
+    monkeypatch.setattr(
+        "llmflow.server.model_registry.weights_on_disk", lambda config: before.get(config.name, 0)
+    )
     return after, before, done
 
 
