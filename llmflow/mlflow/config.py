@@ -79,12 +79,16 @@ class ModelSpec(LoadSpec):
         return self.model_dump(mode="json", exclude_none=True)
 
     def load_llm(self, weights: Path) -> LLM:
-        """The LLM this spec describes, with its weights at `weights`. Bad engine options are named
-        as the `model_config` keys to fix."""
+        """The LLM this spec describes, with its weights at `weights`. Bad engine options (or a
+        `parallel` the engine cannot use) are named as the `model_config` keys to fix."""
         from llmflow.llm import LLM
 
         try:
             return LLM.from_spec(self, weights)
-        except InvalidParams as exc:  # the rest of the spec was checked already: engine options
-            key = "model_config.engine_options"
-            raise InvalidParams([FieldProblem(f"{key}.{p.field}", p.message) for p in exc.problems]) from None
+        except InvalidParams as exc:  # the rest of the spec was checked already
+            problems = [FieldProblem(self._key_of(p.field), p.message) for p in exc.problems]
+            raise InvalidParams(problems) from None
+
+    def _key_of(self, field: str) -> str:
+        own = field if field == "parallel" and self.parallel is not None else f"engine_options.{field}"
+        return f"{self.field_prefix}{own}"

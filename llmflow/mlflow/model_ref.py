@@ -119,7 +119,8 @@ def _logged_overrides(location: str, spec: LoadSpec, concurrent: bool) -> dict[s
     name = spec.engine or (batching_engine(logged_engine) if concurrent else logged_engine)
     logged = config.get("engine_options") or {}
     merged = {**logged, **spec.engine_options_for(name)}
-    changes.pop("parallel", None)
+    for folded in ("engine", "engine_options", "parallel"):
+        changes.pop(folded, None)
     if name == logged_engine and merged == logged and not changes:
         return None
     return {**changes, "engine": name, "engine_options": merged}
