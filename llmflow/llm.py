@@ -21,16 +21,10 @@ from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines import guess_engine, load_engine
 from llmflow.engines.base import Engine
 from llmflow.errors import ContextLengthExceeded, InvalidParams, InvalidRequest
+from llmflow.load_spec import LoadSpec
 from llmflow.model_files import resolve_model_path
 from llmflow.params import SamplingParams
-from llmflow.prompts import (
-    ChatTemplate,
-    PromptFormat,
-    PromptMap,
-    RawPrompt,
-    parse_messages,
-    with_system_prompt,
-)
+from llmflow.prompts import ChatTemplate, PromptFormat, parse_messages, prompt_format_of, with_system_prompt
 from llmflow.streaming import stream_chunks
 from llmflow.streaming.reasoning import ReasoningSplitter, opens_thinking
 from llmflow.types import CancelToken, Chunk, Completion, Message, TokenLogprob, current_cancel
@@ -66,9 +60,9 @@ class LLM:
         system_prompt: str | None = None,
     ):
         self.engine = engine
-        self.prompt_format = prompt_format or engine.chat_template() or RawPrompt()
+        self.prompt_format = prompt_format or prompt_format_of(engine.template_text())
         if isinstance(self.prompt_format, ChatTemplate):
-            self.prompt_format.validate()
+            self.prompt_format.validate()  # a broken template fails now, not at the first request
         self.default_params = default_params or SamplingParams()
         self.system_prompt = system_prompt
         self._lock = nullcontext() if engine.concurrent else threading.Lock()
@@ -76,39 +70,28 @@ class LLM:
         self._compiler_lock = threading.Lock()
 
     @classmethod
-    def load(
-        cls,
-        model: str | Path | None = None,
-        *,
-        engine: str | None = None,
-        engine_options: Mapping[str, Any] | None = None,
-        chat_template: str | None = None,
-        prompt_map: Mapping[str, str] | None = None,
-        pre_prompt: str = "",
-        post_prompt: str = "",
-        default_params: Mapping[str, Any] | SamplingParams | None = None,
-        system_prompt: str | None = None,
-        concurrent: bool = False,
-    ) -> LLM:
+    def load(cls, model: str | Path | None = None, *, concurrent: bool = False, **options: Any) -> LLM:
         """Load a model file or directory (the embedded default when `model` is None).
 
-        `concurrent=True`: generations will come from several threads at once, so when no
-        `engine` is named, pick one that decodes them together (for a GGUF file,
-        `llama_cpp_batched`) rather than one at a time."""
+        `options` are the fields of `LoadSpec` (engine, engine_options, threads, parallel,
+        chat_template, prompt_map, pre_prompt, post_prompt, default_params, system_prompt);
+        `concurrent`: see `from_spec`."""
+        return cls.from_spec(LoadSpec.parse(options), model, concurrent=concurrent)
+
+    @classmethod
+    def from_spec(cls, spec: LoadSpec, model: str | Path | None = None, *, concurrent: bool = False) -> LLM:
+        """Load `model` (the embedded default when None) as `spec` says. `concurrent=True`:
+        generations will come from several threads at once, so when the spec names no engine,
+        pick one that decodes them together (for a GGUF file, `llama_cpp_batched`)."""
         path = resolve_model_path(model)
-        name = engine or guess_engine(path, concurrent=concurrent)
-        loaded = load_engine(name, path, dict(engine_options or {}))
-        prompt_format: PromptFormat | None = None
-        if prompt_map is not None:
-            prompt_format = PromptMap(dict(prompt_map), pre_prompt, post_prompt)
-        elif chat_template is not None:
-            base = loaded.chat_template()
-            prompt_format = ChatTemplate(
-                chat_template,
-                bos_token=base.bos_token if base else "",
-                eos_token=base.eos_token if base else "",
-            )
-        return cls(loaded, prompt_format, SamplingParams.parse(default_params), system_prompt)
+        name = spec.engine or guess_engine(path, concurrent=concurrent)
+        engine = load_engine(name, path, spec.engine_options_for(name))
+        try:
+            prompt_format = spec.prompt_format(engine.template_text())
+        except BaseException:
+            engine.close()
+            raise
+        return cls(engine, prompt_format, spec.sampling_params, spec.system_prompt)
 
     @property
     def model_name(self) -> str:

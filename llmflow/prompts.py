@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from llmflow.errors import ChatTemplateError, FieldProblem, InvalidMessages
-from llmflow.types import Message, ToolCall
+from llmflow.types import Message, TemplateText, ToolCall
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_MESSAGES = 1024
@@ -222,6 +222,17 @@ class ChatTemplate:
             raise ChatTemplateError(f"the chat template tried something unsafe: {exc}") from None
         except (TemplateError, ArithmeticError, TypeError, ValueError, AttributeError, LookupError) as exc:
             raise ChatTemplateError(f"the chat template failed to render: {exc}") from None
+
+
+def prompt_format_of(own: TemplateText, chat_template: str | None = None) -> PromptFormat:
+    """The renderer for a model: `chat_template` when given, else the template of its own files,
+    with its special tokens either way; raw prompts when there is no template at all."""
+    source = chat_template if chat_template is not None else own.source
+    if not source:
+        return RawPrompt()
+    template = ChatTemplate(source, bos_token=own.bos_token, eos_token=own.eos_token)
+    template.validate()
+    return template
 
 
 def _template_message(message: Message) -> dict[str, Any]:

@@ -129,6 +129,17 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class TemplateText:
+    """What a model's files say about its prompts: its chat template's source (None when they
+    carry none) and the text of its BOS and EOS tokens, which a template writes. Engines hand
+    this back as plain data; `llmflow.prompts` turns it into a renderer, so no engine renders."""
+
+    source: str | None = None
+    bos_token: str = ""
+    eos_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     role: str
     content: str

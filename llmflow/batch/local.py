@@ -55,9 +55,10 @@ def run_local(
 def load_pyfunc(model_uri: str, threads: int | None = None) -> Any:
     """The logged model, its engine on `threads` CPU threads when given (its other engine options
     kept)."""
+    from llmflow.load_spec import LoadSpec
     from llmflow.mlflow.model_ref import resolve
 
-    return resolve(model_uri, threads=threads).pyfunc
+    return resolve(model_uri, LoadSpec(threads=threads)).pyfunc
 
 
 def with_results(frame: pd.DataFrame, records: list[dict[str, Any]], typed: bool = False) -> pd.DataFrame:

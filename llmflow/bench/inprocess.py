@@ -23,9 +23,10 @@ def load_llm(model: str | None, engine_options: dict[str, Any] | None = None) ->
     """What MODEL names (see `llmflow.mlflow.model_ref`): weights (None: the embedded model), or
     an MLflow model whose llmflow model is used directly (with the engine options it was logged
     with, and `engine_options` on top)."""
+    from llmflow.load_spec import LoadSpec
     from llmflow.mlflow.model_ref import resolve
 
-    llm = resolve(model, engine_options=engine_options).llm
+    llm = resolve(model, LoadSpec(engine_options=engine_options or {})).llm
     if llm is None:
         raise InvalidRequest.single(
             "model",

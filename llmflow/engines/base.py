@@ -5,26 +5,33 @@ about text (UTF-8, stop strings, finish reasons, usage) lives in `llmflow.stream
 of any engine (its pip packages, its thread option, its scheduler stats) has a default here, so
 nobody probes an engine with `getattr`. `EngineOptions` is the base of each engine's load
 options: unknown keys are refused, and `parse` names each bad one.
+
+`Engine.generate` is the one place that decides a generation's token limit (`max_tokens`, within
+the context window) and its seed (the request's, else the engine's `seed` option): it hands the
+engine a `TokenRequest`, and the engine only samples (`tokens`). An engine hands back its chat
+template as text (`TemplateText`), never a renderer.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.errors import InvalidParams, InvalidRequest
 from llmflow.params import SamplingParams, problems_from_validation
-from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import Detokenizer
-from llmflow.types import CancelToken
+from llmflow.types import CancelToken, TemplateText
 
 OptionsT = TypeVar("OptionsT", bound="EngineOptions")
+#: seeds are 32-bit; a choice's default seed wraps around
+SEED_SPACE = 2**32
 
 
 class EngineOptions(BaseModel):
@@ -32,12 +39,48 @@ class EngineOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    seed: int | None = Field(
+        None, ge=0, le=SEED_SPACE - 1, description="default RNG seed of a request that names none"
+    )
+
     @classmethod
     def parse(cls: type[OptionsT], options: Mapping[str, Any]) -> OptionsT:
         try:
             return cls.model_validate(dict(options))
         except ValidationError as exc:
             raise InvalidParams(problems_from_validation(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRequest:
+    """One generation as an engine runs it, its limit and seed already decided (`token_request`),
+    so that no engine reads `max_tokens` or its own seed option."""
+
+    prompt_ids: Sequence[int]
+    #: the request's params; `seed` is the engine's default when the request named none
+    params: SamplingParams
+    cancel: CancelToken
+    #: tokens to yield at most: `max_tokens`, or what is left of the context window
+    limit: int
+    constraint: TokenMatcher | None = None
+
+
+def token_request(
+    prompt_ids: Sequence[int],
+    params: SamplingParams,
+    cancel: CancelToken,
+    n_ctx: int,
+    constraint: TokenMatcher | None = None,
+    *,
+    default_seed: int | None = None,
+    choice: int = 0,
+) -> TokenRequest:
+    """The request for one generation (choice `choice` of a group: a default seed one apart per
+    choice, as `llmflow.choices` does for a request's own seed)."""
+    if params.seed is None and default_seed is not None:
+        params = params.model_copy(update={"seed": (default_seed + choice) % SEED_SPACE})
+    limit = min(params.max_tokens, n_ctx - len(prompt_ids))
+    return TokenRequest(prompt_ids, params, cancel, limit, constraint)
 
 
 class Engine(ABC):
@@ -53,6 +96,8 @@ class Engine(ABC):
     thread_option: ClassVar[str | None] = None
     #: True when `generate` yields `ScoredToken`s for params with `logprobs` set
     scores_tokens: ClassVar[bool] = False
+    #: the validated load options (an engine sets its own; `seed` is every engine's default seed)
+    options: EngineOptions = EngineOptions()
 
     @classmethod
     @abstractmethod
@@ -97,14 +142,13 @@ class Engine(ABC):
         return b"".join(self.token_piece(t) for t in token_ids).decode("utf-8", errors="replace")
 
     @abstractmethod
-    def chat_template(self) -> ChatTemplate | None:
-        """The model's own chat template, or None when its files carry none."""
+    def template_text(self) -> TemplateText:
+        """The model's own chat template and special tokens, as its files carry them."""
 
     @abstractmethod
     def detokenizer(self) -> Detokenizer:
         """A fresh incremental detokenizer for one generation."""
 
-    @abstractmethod
     def generate(
         self,
         prompt_ids: Sequence[int],
@@ -112,17 +156,16 @@ class Engine(ABC):
         cancel: CancelToken,
         constraint: TokenMatcher | None = None,
     ) -> Iterator[int]:
-        """Yield sampled token ids until the caller stops iterating, `cancel` is raised or the
-        context is full. Closing the iterator frees the generation's engine state.
+        """Yield sampled token ids until the caller stops iterating, `cancel` is raised, `max_tokens`
+        are out or the context is full. Closing the iterator frees the generation's engine state.
 
         With a `constraint`, every token is sampled from logits masked by
         `constraint.allowed()` (greedy too: the masked argmax) and passed to
         `constraint.advance` before the next one is sampled."""
-
-    def token_vocabulary(self) -> TokenVocabulary | None:
-        """Every token's bytes, for output constraints; None: this engine cannot constrain its
-        output (a request with a constraint is then refused)."""
-        return None
+        request = token_request(
+            prompt_ids, params, cancel, self.n_ctx, constraint, default_seed=self.options.seed
+        )
+        return self.tokens(request) if request.limit > 0 else iter(())
 
     def generate_group(
         self,
@@ -131,12 +174,36 @@ class Engine(ABC):
         cancel: CancelToken,
         constraints: Sequence[TokenMatcher | None] | None = None,
     ) -> list[Iterator[int]]:
-        """Several answers to one prompt (OpenAI's `n`), one token iterator each. By default
-        independent generations: an engine that decodes one at a time runs them in turn (read
-        them one after the other); a batching engine shares the computed prompt. `constraints`:
+        """Several answers to one prompt (OpenAI's `n`), one token iterator each. `constraints`:
         one matcher per choice (never shared: each holds its own choice's state), or None."""
         matchers = list(constraints) if constraints is not None else [None] * len(params)
-        return [self.generate(prompt_ids, p, cancel, c) for p, c in zip(params, matchers, strict=True)]
+        if len(matchers) != len(params):
+            raise ValueError("one constraint (or None) per choice")
+        n_ctx, seed = self.n_ctx, self.options.seed
+        requests = [
+            token_request(prompt_ids, p, cancel, n_ctx, c, default_seed=seed, choice=i)
+            for i, (p, c) in enumerate(zip(params, matchers, strict=True))
+        ]
+        if n_ctx - len(prompt_ids) <= 0:
+            return [iter(()) for _ in requests]
+        return self.token_group(requests)
+
+    @abstractmethod
+    def tokens(self, request: TokenRequest) -> Iterator[int]:
+        """Sample the generation `request` describes: at most `request.limit` token ids (at least
+        one is asked for), checking `request.cancel` between two tokens; an engine may also end
+        at an end-of-generation token. Finish reasons and text are the streaming core's."""
+
+    def token_group(self, requests: Sequence[TokenRequest]) -> list[Iterator[int]]:
+        """One iterator per choice of one prompt. By default independent generations: an engine
+        that decodes one at a time runs them in turn (read them one after the other); a batching
+        engine shares the computed prompt."""
+        return [self.tokens(r) if r.limit > 0 else iter(()) for r in requests]
+
+    def token_vocabulary(self) -> TokenVocabulary | None:
+        """Every token's bytes, for output constraints; None: this engine cannot constrain its
+        output (a request with a constraint is then refused)."""
+        return None
 
     def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
         """One pooled vector per input (token ids), not normalised; an engine or model that cannot

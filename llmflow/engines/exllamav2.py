@@ -26,14 +26,13 @@ from pydantic import Field, model_validator
 
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.constraints.vocabulary import TokenVocabulary
-from llmflow.engines.base import Engine, EngineOptions
+from llmflow.engines.base import Engine, EngineOptions, TokenRequest
 from llmflow.engines.hf_files import HfModelDir, token_vocabulary
 from llmflow.engines.logprobs import scored_tensor
 from llmflow.errors import EngineUnavailable, ModelNotFound
 from llmflow.params import SamplingParams
-from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
-from llmflow.types import CancelToken
+from llmflow.types import CancelToken, TemplateText
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +59,6 @@ class ExLlamaV2Options(EngineOptions):
     gpu_split: tuple[float, ...] | None = Field(
         None, description="GB of weights per GPU (with autosplit=false); None = the first GPU"
     )
-    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="default RNG seed")
     warmup: bool = Field(True, description="run a short generation at load so the first request is fast")
     cudnn_attention: bool = Field(
         True, description="false: turn torch's cuDNN attention off, process-wide (see the module notes)"
@@ -139,7 +137,7 @@ class ExLlamaV2Engine(Engine):
         self._pieces = files.token_bytes(model.config.vocab_size)
         self._special = files.special_token_texts()
         self._eos = files.eos_token_ids() | _ids(tokenizer.eos_token_id)
-        self._chat_template = files.chat_template()
+        self._template_text = files.template_text()
         self._add_bos = files.adds_bos()
         self._bos_id = files.bos_token_id()
         self._bos_text = files.bos_text
@@ -196,29 +194,22 @@ class ExLlamaV2Engine(Engine):
     def token_piece(self, token_id: int) -> bytes:
         return self._special.get(token_id) or self._pieces[token_id]
 
-    def chat_template(self) -> ChatTemplate | None:
-        return self._chat_template
+    def template_text(self) -> TemplateText:
+        return self._template_text
 
     def detokenizer(self) -> Detokenizer:
         return ByteDetokenizer(self._pieces.__getitem__)
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        cancel: CancelToken,
-        constraint: TokenMatcher | None = None,
-    ) -> Iterator[int]:
-        room = self.n_ctx - len(prompt_ids)
-        if room <= 0 or not prompt_ids:
+    def tokens(self, request: TokenRequest) -> Iterator[int]:
+        if not request.prompt_ids:
             return
-        settings = sampler_settings(self._sampler.Settings, params)
-        seed = params.seed if params.seed is not None else self.options.seed
-        rng = random.Random(seed)
-        self._prefill(prompt_ids)
-        for _ in range(room):
+        cancel, constraint = request.cancel, request.constraint
+        settings = sampler_settings(self._sampler.Settings, request.params)
+        rng = random.Random(request.params.seed)
+        self._prefill(request.prompt_ids)
+        for _ in range(request.limit):
             # Check between tokens: resuming this generator is what decodes the next one.
-            token = self._step(settings, rng, constraint, params.logprobs)
+            token = self._step(settings, rng, constraint, request.params.logprobs)
             if constraint is not None:
                 constraint.advance(token)
             yield token

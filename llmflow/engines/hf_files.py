@@ -18,7 +18,7 @@ from typing import Any
 
 from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.errors import ModelNotFound
-from llmflow.prompts import ChatTemplate
+from llmflow.types import TemplateText
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
@@ -225,9 +225,10 @@ class HfModelDir:
                 return True
         return False
 
-    def chat_template(self) -> ChatTemplate | None:
-        """`chat_template.jinja` (newer saves) or tokenizer_config.json's chat_template (a string,
-        or a list of named templates of which "default" is used)."""
+    def template_text(self) -> TemplateText:
+        """The chat template of `chat_template.jinja` (newer saves) or tokenizer_config.json's
+        chat_template (a string, or a list of named templates of which "default" is used), None
+        when neither has one, and the BOS and EOS texts."""
         source: Any = None
         jinja = self.path / "chat_template.jinja"
         if jinja.is_file():
@@ -238,8 +239,8 @@ class HfModelDir:
                 named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
                 source = named.get("default")
         if not isinstance(source, str) or not source.strip():
-            return None
-        return ChatTemplate(source, bos_token=self.bos_text, eos_token=self.eos_text)
+            source = None
+        return TemplateText(source, bos_token=self.bos_text, eos_token=self.eos_text)
 
 
 def _processors(post_processor: dict[str, Any] | None) -> Iterator[dict[str, Any]]:

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.constraints.vocabulary import TokenVocabulary
-from llmflow.engines.base import Engine, EngineOptions
+from llmflow.engines.base import Engine, EngineOptions, TokenRequest
 from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
 from llmflow.engines.logprobs import scored
@@ -25,15 +25,15 @@ from llmflow.engines.memory import llama_cpp_bytes
 from llmflow.engines.openmp import release_thread_team
 from llmflow.errors import EngineUnavailable, ModelNotFound
 from llmflow.model_files import model_name_of
-from llmflow.params import SamplingParams
-from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
-from llmflow.types import CancelToken
+from llmflow.types import TemplateText
 
 #: ggml's element type ids of the KV cache types llmflow offers
 KV_CACHE_TYPES: dict[str, int] = {"f16": 1, "q8_0": 8}
 #: what llama.cpp reads as "every layer" (it clamps to the model's count)
 ALL_LAYERS = 0x7FFFFFFF
+#: llama.cpp's seed value that asks for a random seed
+RANDOM_SEED = 0xFFFFFFFF
 
 
 def usable_cores() -> int:
@@ -63,7 +63,6 @@ class LlamaCppOptions(EngineOptions):
     kv_cache_type: Literal["f16", "q8_0"] = Field(
         "f16", description="KV cache element type: q8_0 halves its memory and needs flash attention"
     )
-    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="default RNG seed")
     verbose: bool = False
     extra_buffers: bool | None = Field(
         None,
@@ -163,8 +162,8 @@ class VocabMethods:
     def token_piece(self, token_id: int) -> bytes:
         return self._vocab.special_piece(token_id)
 
-    def chat_template(self) -> ChatTemplate | None:
-        return self._vocab.chat_template()
+    def template_text(self) -> TemplateText:
+        return self._vocab.template_text()
 
     def detokenizer(self) -> Detokenizer:
         return self._vocab.detokenizer()
@@ -209,7 +208,7 @@ class LlamaCppEngine(VocabMethods, Engine):
                     flash_attn=where.flash_attn,
                     type_k=where.kv_type,
                     type_v=where.kv_type,
-                    seed=parsed.seed if parsed.seed is not None else 0xFFFFFFFF,
+                    seed=parsed.seed if parsed.seed is not None else RANDOM_SEED,
                     verbose=parsed.verbose,
                 )
         except ValueError as exc:
@@ -224,21 +223,14 @@ class LlamaCppEngine(VocabMethods, Engine):
     def n_ctx(self) -> int:
         return self._llama.n_ctx()
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        cancel: CancelToken,
-        constraint: TokenMatcher | None = None,
-    ) -> Iterator[int]:
+    def tokens(self, request: TokenRequest) -> Iterator[int]:
         llama = self._llama
-        seed = params.seed if params.seed is not None else self.options.seed
-        llama.set_seed(seed if seed is not None else 0xFFFFFFFF)
-        limit = min(params.max_tokens, self.n_ctx - len(prompt_ids))
+        params, limit, cancel, constraint = request.params, request.limit, request.cancel, request.constraint
+        llama.set_seed(params.seed if params.seed is not None else RANDOM_SEED)
         if not self.options.prompt_cache:
             llama.reset()  # evaluate the whole prompt: the same request gives the same numbers
         tokens = llama.generate(
-            prompt_ids,
+            request.prompt_ids,
             top_k=params.top_k,
             top_p=params.top_p,
             min_p=params.min_p,
@@ -366,11 +358,9 @@ class LlamaVocab:
 
         return _piece(llama_cpp, self._model.vocab, token_id, special=True)
 
-    def chat_template(self) -> ChatTemplate | None:
-        source = self.metadata.get("tokenizer.chat_template")
-        if not source:
-            return None
-        return ChatTemplate(source, bos_token=self.bos_text, eos_token=self.eos_text)
+    def template_text(self) -> TemplateText:
+        source = self.metadata.get("tokenizer.chat_template") or None
+        return TemplateText(source, bos_token=self.bos_text, eos_token=self.eos_text)
 
     def detokenizer(self) -> Detokenizer:
         return ByteDetokenizer(self.pieces.__getitem__)

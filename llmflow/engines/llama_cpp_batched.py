@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
-from llmflow.constraints.matcher import TokenMatcher
-from llmflow.engines.base import Engine
+from llmflow.engines.base import Engine, TokenRequest
 from llmflow.engines.llama_cpp import (
+    RANDOM_SEED,
     LlamaCppOptions,
     LlamaVocab,
     Placement,
@@ -42,7 +42,6 @@ from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
 from llmflow.errors import EngineFailed, InvalidParams, ModelNotFound
 from llmflow.model_files import model_name_of
 from llmflow.params import SamplingParams
-from llmflow.types import CancelToken
 
 #: the default number of sequences keeps their KV cache within about this many bytes
 KV_BUDGET_BYTES = 1 << 30
@@ -56,7 +55,6 @@ CPU_N_BATCH, GPU_N_BATCH = 512, 2048
 CPU_PREFILL_CHUNK, GPU_PREFILL_CHUNK = 32, 512
 #: what llama.cpp's Llama class uses for repetition penalties
 PENALTY_LAST_N = 64
-RANDOM_SEED = 0xFFFFFFFF
 #: the "sampler" of a greedy request without penalties: the argmax of its logits
 GREEDY = "greedy"
 
@@ -205,32 +203,12 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         """Each generation's context window."""
         return self._backend.n_ctx_seq
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        cancel: CancelToken,
-        constraint: TokenMatcher | None = None,
-    ) -> Iterator[int]:
-        if params.seed is None and self.options.seed is not None:
-            params = params.model_copy(update={"seed": self.options.seed})
-        return self._scheduler.generate(prompt_ids, params, cancel, constraint)
+    def tokens(self, request: TokenRequest) -> Iterator[int]:
+        return self._scheduler.generate(request)
 
-    def generate_group(
-        self,
-        prompt_ids: Sequence[int],
-        params: Sequence[SamplingParams],
-        cancel: CancelToken,
-        constraints: Sequence[TokenMatcher | None] | None = None,
-    ) -> list[Iterator[int]]:
+    def token_group(self, requests: Sequence[TokenRequest]) -> list[Iterator[int]]:
         """The prompt computed once, its KV cache copied to the other choices' sequences."""
-        seed = self.options.seed
-        if seed is not None:  # as the LLM derives choices' seeds from a request's: one apart
-            params = [
-                p if p.seed is not None else p.model_copy(update={"seed": (seed + i) % 2**32})
-                for i, p in enumerate(params)
-            ]
-        return self._scheduler.generate_group(prompt_ids, params, cancel, constraints)
+        return self._scheduler.generate_group(requests)
 
     def stats(self) -> SchedulerStats:
         return self._scheduler.stats()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from llmflow.constraints.matcher import TokenMatcher
+from llmflow.engines.base import TokenRequest
 from llmflow.errors import EngineFailed
 from llmflow.params import SamplingParams
 from llmflow.types import CancelToken
@@ -139,6 +140,10 @@ class Request:
 
 
 _END = object()
+
+
+def _request(request: TokenRequest) -> Request:
+    return Request(request.prompt_ids, request.params, request.cancel, request.limit, request.constraint)
 
 
 class TokenStream:
@@ -279,46 +284,24 @@ class BatchScheduler:
 
     # -- consumer side (any thread) --
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        cancel: CancelToken,
-        constraint: TokenMatcher | None = None,
-    ) -> Iterator[int]:
+    def generate(self, token_request: TokenRequest) -> Iterator[int]:
         """Token ids of one generation, as the scheduler samples them. It stops after
-        `params.max_tokens` tokens, an end-of-generation token or a full context; closing the
-        iterator or cancelling frees the sequence at the next step. `constraint`: the sampled
-        tokens only ever spell what it accepts."""
-        limit = min(params.max_tokens, self.n_ctx - len(prompt_ids))
-        request = Request(prompt_ids, params, cancel, limit, constraint)
+        `token_request.limit` tokens or an end-of-generation token (which frees its sequence at
+        once); closing the iterator or cancelling frees the sequence at the next step. A
+        constraint: the sampled tokens only ever spell what it accepts."""
+        request = _request(token_request)
         if request.limit <= 0:
             return
         self._submit([request])
         yield from TokenStream(request)
 
-    def generate_group(
-        self,
-        prompt_ids: Sequence[int],
-        params: Sequence[SamplingParams],
-        cancel: CancelToken,
-        constraints: Sequence[TokenMatcher | None] | None = None,
-    ) -> list[Iterator[int]]:
+    def generate_group(self, token_requests: Sequence[TokenRequest]) -> list[Iterator[int]]:
         """Several answers to one prompt (OpenAI's `n`), one iterator each, to be read at once
         (from several threads). The prompt is computed once: the others copy its KV cache
         (all but its last token, which each computes itself, so that each samples its own first
-        token) once the first choice has computed it. `constraints`: one matcher per choice (its
-        own state: each choice's sampled tokens advance only its own)."""
-        limit = self.n_ctx - len(prompt_ids)
-        matchers = list(constraints) if constraints is not None else [None] * len(params)
-        if len(matchers) != len(params):
-            raise ValueError("one constraint (or None) per choice")
-        requests = [
-            Request(prompt_ids, p, cancel, min(p.max_tokens, limit), c)
-            for p, c in zip(params, matchers, strict=True)
-        ]
-        if limit <= 0:
-            return [iter(()) for _ in requests]
+        token) once the first choice has computed it. Each request has its own constraint state:
+        each choice's sampled tokens advance only its own."""
+        requests = [_request(r) for r in token_requests]
         for follower in requests[1:]:
             follower.leader = requests[0]
         self._submit(requests)

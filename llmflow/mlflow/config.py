@@ -7,14 +7,13 @@ can override a key (for example `engine_options`) at load time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from llmflow.errors import FieldProblem, InvalidParams
-from llmflow.params import SamplingParams, problems_from_validation
+from llmflow.load_spec import LoadSpec
 
 if TYPE_CHECKING:
     from llmflow.llm import LLM
@@ -25,27 +24,21 @@ FORMAT_VERSION = 1
 WEIGHTS_ARTIFACT = "model"
 
 
-class ModelSpec(BaseModel):
-    """How to rebuild the LLM of a logged model. Stored as the MLmodel's `model_config`."""
+class ModelSpec(LoadSpec):
+    """How to rebuild the LLM of a logged model: its `LoadSpec`, with the engine always named,
+    and what MLflow needs beside it. Stored as the MLmodel's `model_config`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    field_prefix: ClassVar[str] = "model_config."
 
     format_version: int = FORMAT_VERSION
     llmflow_version: str = ""
     model_name: str = Field("", description="a display name, e.g. the weights file's stem")
     engine: str
-    engine_options: dict[str, Any] = Field(default_factory=dict)
-    chat_template: str | None = Field(None, description="None = the template in the model's files")
-    prompt_map: dict[str, str] | None = Field(None, description="seed-style per-role templates")
-    pre_prompt: str = ""
-    post_prompt: str = ""
-    default_params: dict[str, Any] = Field(default_factory=dict)
     default_output: dict[str, Any] | None = Field(
         None,
         description="default structured output params (json_schema, regex, choice, grammar, tools, "
         "tool_choice): the signature's param defaults",
     )
-    system_prompt: str | None = None
     weights_path: str | None = Field(
         None, description="reference mode: a local path recorded instead of a copied artifact"
     )
@@ -63,11 +56,6 @@ class ModelSpec(BaseModel):
             )
         return value
 
-    @field_validator("default_params")
-    @classmethod
-    def _valid_params(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return params_to_config(SamplingParams.parse(value))
-
     @field_validator("default_output")
     @classmethod
     def _valid_output(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -82,21 +70,6 @@ class ModelSpec(BaseModel):
         parse_output(value)  # an invalid schema or tool list fails at log time
         return value
 
-    @classmethod
-    def parse(cls, config: Mapping[str, Any] | None) -> ModelSpec:
-        """Validate a `model_config` (possibly with load-time overrides), naming each bad key."""
-        try:
-            return cls.model_validate(dict(config or {}))
-        except ValidationError as exc:
-            problems = [
-                FieldProblem(f"model_config.{p.field}", p.message) for p in problems_from_validation(exc)
-            ]
-            raise InvalidParams(problems) from None
-
-    @property
-    def sampling_params(self) -> SamplingParams:
-        return SamplingParams.parse(self.default_params)
-
     @property
     def by_reference(self) -> bool:
         return self.weights_path is not None
@@ -106,29 +79,16 @@ class ModelSpec(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
     def load_llm(self, weights: Path) -> LLM:
-        """The LLM this spec describes, with its weights at `weights`. Bad engine options are named
-        as the `model_config` keys to fix."""
+        """The LLM this spec describes, with its weights at `weights`. Bad engine options (or a
+        `parallel` the engine cannot use) are named as the `model_config` keys to fix."""
         from llmflow.llm import LLM
 
         try:
-            return LLM.load(
-                weights,
-                engine=self.engine,
-                engine_options=self.engine_options,
-                chat_template=self.chat_template,
-                prompt_map=self.prompt_map,
-                pre_prompt=self.pre_prompt,
-                post_prompt=self.post_prompt,
-                default_params=self.sampling_params,
-                system_prompt=self.system_prompt,
-            )
-        except InvalidParams as exc:  # the default params were checked already: engine options
-            key = "model_config.engine_options"
-            raise InvalidParams([FieldProblem(f"{key}.{p.field}", p.message) for p in exc.problems]) from None
+            return LLM.from_spec(self, weights)
+        except InvalidParams as exc:  # the rest of the spec was checked already
+            problems = [FieldProblem(self._key_of(p.field), p.message) for p in exc.problems]
+            raise InvalidParams(problems) from None
 
-
-def params_to_config(params: SamplingParams) -> dict[str, Any]:
-    """Sampling params as plain data (`stop` as a list), for YAML and JSON."""
-    data = params.model_dump()
-    data["stop"] = list(params.stop)
-    return data
+    def _key_of(self, field: str) -> str:
+        own = field if field == "parallel" and self.parallel is not None else f"engine_options.{field}"
+        return f"{self.field_prefix}{own}"

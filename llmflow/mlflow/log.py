@@ -39,9 +39,9 @@ def log_model(
     """Log an llmflow model to the active run (or as a run-less logged model); return MLflow's
     `ModelInfo` (its `model_uri` loads with `mlflow.pyfunc.load_model`).
 
-    `options` are those of `save_model`: engine, engine_options, chat_template, prompt_map,
-    pre_prompt, post_prompt, default_params, system_prompt, by_reference, tracing. The model is not loaded
-    while logging (MLflow's serving-input check would load the weights and generate).
+    `options` are those of `save_model`: the fields of `LoadSpec`, by_reference, tracing and
+    interface. The model is not loaded while logging (MLflow's serving-input check would load the
+    weights and generate).
     """
     from mlflow.models import Model
 

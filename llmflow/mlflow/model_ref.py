@@ -3,19 +3,19 @@
 A model reference is an MLflow model when it is a directory with an `MLmodel` file, or a model
 URI (`models:/chat/1`, `runs:/<id>/model`, `s3://...`, `file:/...`) that is not an existing
 local path; anything else is weights (a GGUF file or a model directory; None is the embedded
-model). `resolve` loads either, applying engine, engine-option, parallel and thread overrides the
-same way: to the weights' engine, or to what a logged llmflow model recorded (its `model_config`).
+model). `resolve` loads either as a `LoadSpec` says: the weights with it, or a logged llmflow model
+with its fields over what the model recorded (its `model_config`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmflow.errors import InvalidParams, ModelNotFound
+from llmflow.load_spec import LoadSpec
 
 if TYPE_CHECKING:
     from mlflow.pyfunc import PyFuncModel
@@ -67,38 +67,27 @@ class Resolved:
 
 
 def resolve(
-    model: str | Path | ModelRef | None,
-    *,
-    engine: str | None = None,
-    engine_options: Mapping[str, Any] | None = None,
-    parallel: int | None = None,
-    threads: int | None = None,
-    concurrent: bool = False,
+    model: str | Path | ModelRef | None, spec: LoadSpec | None = None, *, concurrent: bool = False
 ) -> Resolved:
-    """Load what `model` names. `concurrent`: generations will run from several threads at once
-    (a server), so a GGUF model gets the engine that batches them unless `engine` names another;
-    `parallel` sets how many it decodes together; `threads`, the engine's CPU threads (unless
-    `engine_options` name them). For a logged llmflow model these override what was logged; a
-    model of another kind takes no engine overrides (and ignores `threads`)."""
+    """Load what `model` names, as `spec` says. `concurrent`: generations will run from several
+    threads at once (a server), so a GGUF model gets the engine that batches them unless the spec
+    names another. For a logged llmflow model the spec's fields override what was logged (its
+    `threads` those of the logged engine options too); a model of another kind takes none (and
+    ignores `threads`)."""
     ref = model if isinstance(model, ModelRef) else parse_model_ref(model)
-    options = dict(engine_options or {})
+    spec = spec or LoadSpec()
     if ref.logged:
         assert ref.location is not None
         overrides = None
-        if engine is not None or options or parallel is not None or threads is not None or concurrent:
-            overrides = _logged_overrides(ref.location, engine, options, parallel, threads, concurrent)
+        if spec.changes() or concurrent:
+            overrides = _logged_overrides(ref.location, spec, concurrent)
         pyfunc = load_pyfunc(ref.location, overrides)
         from llmflow.mlflow.model import find_llm
 
         return Resolved(ref, llm=find_llm(pyfunc), pyfunc=pyfunc)
-    from llmflow.engines import guess_engine
     from llmflow.llm import LLM
-    from llmflow.model_files import resolve_model_path
 
-    engine = engine or guess_engine(resolve_model_path(ref.location), concurrent=concurrent)
-    options = _with_threads(engine, with_parallel(engine, options, parallel), threads)
-    llm = LLM.load(ref.location, engine=engine, engine_options=options)
-    return Resolved(ref, llm=llm)
+    return Resolved(ref, llm=LLM.from_spec(spec, ref.location, concurrent=concurrent))
 
 
 def load_pyfunc(location: str, model_config: dict[str, Any] | None = None) -> PyFuncModel:
@@ -110,20 +99,16 @@ def load_pyfunc(location: str, model_config: dict[str, Any] | None = None) -> Py
         raise ModelNotFound(f"could not load the MLflow model {location!r}: {exc}") from None
 
 
-def _logged_overrides(
-    location: str,
-    engine: str | None,
-    options: dict[str, Any],
-    parallel: int | None,
-    threads: int | None,
-    concurrent: bool,
-) -> dict[str, Any] | None:
-    """The `model_config` keys to change when loading a logged model: for an llmflow model, its
-    engine (the batching one when `concurrent`) and engine options (MLflow replaces a key as a
-    whole, so the logged options are kept under the new ones); None when nothing changes."""
+def _logged_overrides(location: str, spec: LoadSpec, concurrent: bool) -> dict[str, Any] | None:
+    """The `model_config` keys to change when loading a logged model: for an llmflow model, the
+    spec's changes, its engine (the batching one when `concurrent`) and engine options (MLflow
+    replaces a key as a whole, so the logged options are kept under the new ones, with `threads`
+    and `parallel` written in); None when nothing changes."""
     config = logged_llmflow_config(location)
+    changes = spec.changes()
+    changes.pop("threads", None)  # a model of another kind ignores threads
     if config is None:
-        if engine or options or parallel is not None:
+        if changes:
             raise InvalidParams.single(
                 "engine", "engine, engine options and parallel apply to llmflow models and model files only"
             )
@@ -131,12 +116,14 @@ def _logged_overrides(
     from llmflow.engines import batching_engine
 
     logged_engine = config["engine"]
-    name = engine or (batching_engine(logged_engine) if concurrent else logged_engine)
+    name = spec.engine or (batching_engine(logged_engine) if concurrent else logged_engine)
     logged = config.get("engine_options") or {}
-    merged = with_parallel(name, {**logged, **_with_threads(name, options, threads)}, parallel)
-    if name == logged_engine and merged == logged:
+    merged = {**logged, **spec.engine_options_for(name)}
+    for folded in ("engine", "engine_options", "parallel"):
+        changes.pop(folded, None)
+    if name == logged_engine and merged == logged and not changes:
         return None
-    return {"engine": name, "engine_options": merged}
+    return {**changes, "engine": name, "engine_options": merged}
 
 
 def logged_llmflow_config(location: str) -> dict[str, Any] | None:
@@ -152,29 +139,3 @@ def logged_llmflow_config(location: str) -> dict[str, Any] | None:
     if not isinstance(config, dict) or "engine" not in config or "llmflow_version" not in config:
         return None
     return config
-
-
-def with_parallel(engine: str, options: dict[str, Any], parallel: int | None) -> dict[str, Any]:
-    if parallel is None:
-        return options
-    from llmflow.engines import engine_class
-
-    if not engine_class(engine).concurrent:
-        raise InvalidParams.single(
-            "parallel",
-            f"the {engine} engine decodes one generation at a time; "
-            "--parallel needs a batching engine (llama_cpp_batched for a GGUF model)",
-        )
-    return {**options, "parallel": parallel}
-
-
-def _with_threads(engine: str, options: dict[str, Any], threads: int | None) -> dict[str, Any]:
-    """`threads` as the engine's thread option, unless the options set it already."""
-    if threads is None:
-        return options
-    from llmflow.engines import engine_class
-
-    option = engine_class(engine).thread_option
-    if option is None or option in options:
-        return options
-    return {**options, option: threads}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from llmflow.llm import collect
-from llmflow.mlflow.config import params_to_config
+from llmflow.load_spec import params_to_config
 from llmflow.observability import ObservedGeneration, ObservedStream, RequestTimings, RequestTrace
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.types import CancelToken, Completion, Message

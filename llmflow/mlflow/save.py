@@ -12,7 +12,6 @@ exists with the same files, and MLflow cannot move or serve it anywhere else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,12 @@ from typing import Any
 from llmflow import __version__
 from llmflow.engines import engine_class, guess_engine
 from llmflow.errors import InvalidParams
+from llmflow.load_spec import LoadSpec
 from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
 from llmflow.mlflow.requirements import default_requirements
 from llmflow.mlflow.signature import INPUT_EXAMPLE, OUTPUT_PARAMS, build_signature
 from llmflow.mlflow.weights import copy_weights
 from llmflow.model_files import model_name_of, resolve_model_path
-from llmflow.prompts import ChatTemplate, PromptMap
 
 #: the default interface: `{"prompt"}` / `{"messages"}` in, `{"content"}` chunk dicts out
 CHUNKS = "chunks"
@@ -51,45 +50,31 @@ class ModelSource:
 def model_source(
     model: str | Path | None = None,
     *,
-    engine: str | None = None,
-    engine_options: Mapping[str, Any] | None = None,
-    chat_template: str | None = None,
-    prompt_map: Mapping[str, str] | None = None,
-    pre_prompt: str = "",
-    post_prompt: str = "",
-    default_params: Mapping[str, Any] | None = None,
-    system_prompt: str | None = None,
     by_reference: bool = False,
     tracing: bool | None = None,
     interface: str = CHUNKS,
+    **options: Any,
 ) -> ModelSource:
     """Check everything that can be checked without loading the weights, and describe the model.
+    `options` are the fields of `LoadSpec`; `default_params` may also hold the structured output
+    params (json_schema, tools, ...), recorded as the signature's defaults.
 
     Raises llmflow errors (`ModelNotFound`, `UnknownEngine`, `InvalidParams`, `ChatTemplateError`)."""
     if interface not in INTERFACES:
         raise InvalidParams.single("interface", f"must be one of {', '.join(INTERFACES)}; got {interface!r}")
     weights = resolve_model_path(model).resolve()
-    engine = engine or guess_engine(weights)
-    engine_class(engine)  # an unknown engine fails now, not when the model is loaded
-    if prompt_map is not None:
-        PromptMap(dict(prompt_map), pre_prompt, post_prompt)
-    if chat_template is not None:
-        ChatTemplate(chat_template).validate()
-    params = dict(default_params or {})
+    params = dict(options.pop("default_params", None) or {})
     output = {name: params.pop(name) for name in OUTPUT_PARAMS if name in params}
+    load = LoadSpec.parse({**options, "default_params": params})
+    engine = load.engine or guess_engine(weights)
+    engine_class(engine)  # an unknown engine fails now, not when the model is loaded
     spec = ModelSpec.parse(
         {
+            **load.model_dump(exclude_unset=True),
+            "engine": engine,
             "llmflow_version": __version__,
             "model_name": model_name_of(weights),
-            "engine": engine,
-            "engine_options": dict(engine_options or {}),
-            "chat_template": chat_template,
-            "prompt_map": dict(prompt_map) if prompt_map is not None else None,
-            "pre_prompt": pre_prompt,
-            "post_prompt": post_prompt,
-            "default_params": params,
             "default_output": output or None,
-            "system_prompt": system_prompt,
             "weights_path": str(weights) if by_reference else None,
             "tracing": tracing,
         }
@@ -112,11 +97,11 @@ def save_model(
     """Save an llmflow model to a local directory `path` (which must not exist or be empty).
 
     `model` is a model file or directory (default: the embedded SmolLM2-135M-Instruct GGUF).
-    `options` are those of `model_source`: engine, engine_options, chat_template, prompt_map,
-    pre_prompt, post_prompt, default_params, system_prompt, by_reference, tracing (True: record an
-    MLflow trace of every call; False: never; None: only when an MLflow experiment is set), and
-    interface: "chunks" (the default: `{"prompt"}` in, `{"content"}` chunks out) or "responses"
-    (an MLflow `ResponsesAgent`).
+    `options` are those of `model_source`: the fields of `LoadSpec` (engine, engine_options,
+    threads, parallel, chat_template, prompt_map, pre_prompt, post_prompt, default_params,
+    system_prompt), by_reference, tracing (True: record an MLflow trace of every call; False:
+    never; None: only when an MLflow experiment is set), and interface: "chunks" (the default:
+    `{"prompt"}` in, `{"content"}` chunks out) or "responses" (an MLflow `ResponsesAgent`).
     """
     source = model_source(model, **options)
     save_source(

@@ -10,7 +10,8 @@ Threads: an executor runs `cores / spark.task.cpus` tasks at once, each in its o
 an engine that uses every core in each of them oversubscribes the CPU. In a Spark task the engine
 gets `LLMFLOW_THREADS_PER_TASK` threads when that is set (`llmflow.spark.answer_udf` sets it to
 `cores // concurrent tasks`), else `spark.task.cpus`; a thread count in the model's
-`engine_options` (for example through `spark_udf(..., model_config=...)`) always wins.
+`threads` or `engine_options` (for example through `spark_udf(..., model_config=...)`) always
+wins.
 
 `LLMFLOW_LOAD_LOG=<file>` appends one JSON line per load or reuse (pid, seconds, threads): how
 tests and benchmarks count engine loads per executor process.
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmflow.engines import engine_class
+from llmflow.load_spec import thread_option
 from llmflow.mlflow.config import ModelSpec
 
 if TYPE_CHECKING:
@@ -68,11 +69,10 @@ def task_threads(task: Any) -> int:
 
 
 def _with_task_threads(spec: ModelSpec, task: Any) -> ModelSpec:
-    option = engine_class(spec.engine).thread_option
-    if option is None or option in spec.engine_options:
+    """The task's threads, unless the spec names a thread count (engine options name theirs)."""
+    if spec.threads is not None:
         return spec
-    options = {**spec.engine_options, option: task_threads(task)}
-    return spec.model_copy(update={"engine_options": options})
+    return spec.model_copy(update={"threads": task_threads(task)})
 
 
 def _spark_task() -> Any:
@@ -94,8 +94,8 @@ def _load(spec: ModelSpec, weights: Path, *, spark_task: bool) -> LLM:
 
 
 def _record(event: str, spec: ModelSpec, seconds: float, *, spark_task: bool) -> None:
-    option = engine_class(spec.engine).thread_option
-    threads = None if option is None else spec.engine_options.get(option)
+    option = thread_option(spec.engine)
+    threads = None if option is None else spec.engine_options_for(spec.engine).get(option)
     _log.info("%s %s in pid %d (%.2f s, threads %s)", event, spec.model_name, os.getpid(), seconds, threads)
     path = os.environ.get(LOAD_LOG_ENV)
     if not path:

@@ -3,7 +3,6 @@ model (/invocations only, streaming when it implements `predict_stream`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,29 +82,16 @@ class ServedModel:
         return self.pyfunc is not None and getattr(self.pyfunc, "_predict_stream_fn", None) is not None
 
 
-def load_served(
-    model: str | Path | None = None,
-    *,
-    name: str | None = None,
-    engine: str | None = None,
-    engine_options: Mapping[str, Any] | None = None,
-    parallel: int | None = None,
-    threads: int | None = None,
-) -> ServedModel:
+def load_served(model: str | Path | None = None, *, name: str | None = None, **options: Any) -> ServedModel:
     """Load what `llmflow serve MODEL` serves (see `llmflow.mlflow.model_ref`); None is the
-    embedded default model. A server runs generations concurrently, so a GGUF model (a file, or
+    embedded default model; `options` are the fields of `LoadSpec` (engine, engine_options,
+    parallel, threads, ...). A server runs generations concurrently, so a GGUF model (a file, or
     a logged llmflow model whose engine is `llama_cpp`) gets the engine that batches them unless
     `engine` names another."""
+    from llmflow.load_spec import LoadSpec
     from llmflow.mlflow.model_ref import resolve
 
-    resolved = resolve(
-        model,
-        engine=engine,
-        engine_options=engine_options,
-        parallel=parallel,
-        threads=threads,
-        concurrent=True,
-    )
+    resolved = resolve(model, LoadSpec.parse(options), concurrent=True)
     if resolved.pyfunc is not None:
         return ServedModel.from_pyfunc(resolved.pyfunc, name or resolved.ref.name)
     assert resolved.llm is not None

@@ -9,6 +9,7 @@ import pytest
 
 from llmflow.engines.hf_files import HfModelDir, bytes_to_unicode, token_bytes_table
 from llmflow.errors import ModelNotFound
+from llmflow.prompts import prompt_format_of
 from llmflow.types import Message
 
 TEXTS = [
@@ -112,16 +113,16 @@ def test_model_directory_files(tmp_path):
     assert files.eos_token_ids() == {8, 9, 10}
     assert files.bos_token_id() == 7
     assert files.adds_bos()
-    assert files.chat_template().render([Message("user", "hi")]) == "<s>hi"
+    assert prompt_format_of(files.template_text()).render([Message("user", "hi")]) == "<s>hi"
     _write(tmp_path, "chat_template.jinja", "{{ eos_token }}")  # newer saves: a file of its own wins
-    assert HfModelDir(tmp_path).chat_template().render([Message("user", "hi")]) == "</s>"
+    assert prompt_format_of(HfModelDir(tmp_path).template_text()).render([Message("user", "hi")]) == "</s>"
     _write(tmp_path, "tokenizer_config.json", {"add_bos_token": False})
     assert not HfModelDir(tmp_path).adds_bos()
 
 
 def test_missing_files_mean_no_template_and_no_bos(tmp_path):
     files = HfModelDir(tmp_path)
-    assert files.chat_template() is None
+    assert files.template_text().source is None
     assert not files.adds_bos()
     assert files.eos_token_ids() == frozenset()
 
@@ -153,7 +154,9 @@ def test_smollm2_table_matches_the_tokenizers_library():
     assert len(table) == tokenizer.get_vocab_size()
     _assert_table_matches_tokenizer(tokenizer, table)
     assert files.eos_token_ids() == {2} and not files.adds_bos()
-    assert "<|im_start|>assistant\n" in files.chat_template().render([Message("user", "hi")])
+    assert "<|im_start|>assistant\n" in prompt_format_of(files.template_text()).render(
+        [Message("user", "hi")]
+    )
 
 
 def test_byte_fallback_table_matches_the_tokenizers_library():

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from llmflow.engines.base import token_request
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, Request, plan_step
 from llmflow.errors import EngineFailed
 from llmflow.params import SamplingParams
@@ -109,6 +110,16 @@ def sim():
     scheduler.close()
 
 
+def submit(scheduler, prompt_ids, params, cancel, constraint=None):
+    """One generation, its limit decided as `Engine.generate` decides it."""
+    return scheduler.generate(token_request(prompt_ids, params, cancel, scheduler.n_ctx, constraint))
+
+
+def submit_group(scheduler, prompt_ids, params, cancel):
+    requests = [token_request(prompt_ids, p, cancel, scheduler.n_ctx) for p in params]
+    return scheduler.generate_group(requests)
+
+
 def params(max_tokens=16, seed=0):
     return SamplingParams(max_tokens=max_tokens, seed=seed, temperature=0.5)
 
@@ -198,7 +209,7 @@ def test_one_pass_generations_match_running_alone_in_one_forward_pass_per_step()
         def generate(i):
             time.sleep(0.001 * (i % 3))
             p = prompt(i, 5 + 3 * i)
-            return list(scheduler.generate(p, params(12 + i, seed=i), CancelToken())), p
+            return list(submit(scheduler, p, params(12 + i, seed=i), CancelToken())), p
 
         results = run_threads(generate, 10)
         for i, (out, p) in results.items():
@@ -216,7 +227,7 @@ def test_concurrent_generations_match_running_alone(sim):
     def generate(i):
         time.sleep(0.001 * (i % 3))
         p = prompt(i, 5 + 3 * i)
-        return list(scheduler.generate(p, params(12 + i, seed=i), CancelToken())), p
+        return list(submit(scheduler, p, params(12 + i, seed=i), CancelToken())), p
 
     results = run_threads(generate, 10)  # more than `parallel`: some wait
     for i, (out, p) in results.items():
@@ -236,7 +247,7 @@ def test_running_sequences_stay_contiguous():
     backend.on_decode = record
     try:
         # different lengths: generations end at different times and leave gaps that get closed
-        run_threads(lambda i: list(scheduler.generate(prompt(i, 4), params(3 + 7 * i), CancelToken())), 6)
+        run_threads(lambda i: list(submit(scheduler, prompt(i, 4), params(3 + 7 * i), CancelToken())), 6)
     finally:
         scheduler.close()
     assert any(sum(h) > 1 for h in held), "expected batched steps"
@@ -249,9 +260,9 @@ def test_running_sequences_stay_contiguous():
 def test_a_repeated_prompt_reuses_its_whole_chunks(sim):
     _, scheduler = sim
     p = prompt(3, 21)
-    first = list(scheduler.generate(p, params(4), CancelToken()))
+    first = list(submit(scheduler, p, params(4), CancelToken()))
     before = scheduler.stats().tokens_decoded_total
-    second = list(scheduler.generate(p, params(4), CancelToken()))
+    second = list(submit(scheduler, p, params(4), CancelToken()))
     assert first == second == alone(p, 4)
     # chunks [0, 8) and [8, 16) are reused; [16, 21) and the fed-back tokens are computed
     assert scheduler.stats().tokens_decoded_total - before == 5 + 3
@@ -262,13 +273,13 @@ def test_a_cached_prefix_in_another_free_sequence_is_copied():
     try:
         shared = prompt(1, 24)
         # sequence 0 is busy, so the shared prompt is computed in sequence 1
-        busy = scheduler.generate(prompt(9, 5), params(200), CancelToken())
+        busy = submit(scheduler, prompt(9, 5), params(200), CancelToken())
         next(busy)
-        list(scheduler.generate([*shared, 7], params(2), CancelToken()))
+        list(submit(scheduler, [*shared, 7], params(2), CancelToken()))
         busy.close()
         settle(scheduler)
         before = scheduler.stats().tokens_decoded_total
-        out = list(scheduler.generate([*shared, 8, 9], params(2), CancelToken()))
+        out = list(submit(scheduler, [*shared, 8, 9], params(2), CancelToken()))
         assert out == alone([*shared, 8, 9], 2)
         # it runs in sequence 0 with the 24 shared tokens copied over: 2 prompt tokens + 1 fed back
         assert scheduler.stats().tokens_decoded_total - before == 3
@@ -283,7 +294,7 @@ def test_cancel_frees_the_sequence_while_others_go_on():
     got: list[int] = []
 
     def cancelled():
-        for token in scheduler.generate(prompt(0), params(200), cancel):
+        for token in submit(scheduler, prompt(0), params(200), cancel):
             got.append(token)
             if len(got) == 3:
                 cancel.cancel()
@@ -292,7 +303,7 @@ def test_cancel_frees_the_sequence_while_others_go_on():
     try:
         results = run_threads(
             lambda i: (
-                cancelled() if i == 0 else list(scheduler.generate(prompt(i), params(30), CancelToken()))
+                cancelled() if i == 0 else list(submit(scheduler, prompt(i), params(30), CancelToken()))
             ),
             3,
         )
@@ -308,7 +319,7 @@ def test_cancel_frees_the_sequence_while_others_go_on():
 def test_closing_the_iterator_frees_the_sequence():
     backend, scheduler = make(delay_s=0.002)
     try:
-        tokens = scheduler.generate(prompt(1), params(200), CancelToken())
+        tokens = submit(scheduler, prompt(1), params(200), CancelToken())
         next(tokens)
         assert scheduler.stats().running == 1
         tokens.close()
@@ -321,10 +332,10 @@ def test_closing_the_iterator_frees_the_sequence():
 def test_a_new_request_starts_while_others_decode():
     _, scheduler = make(parallel=4, delay_s=0.002)
     try:
-        long_streams = [scheduler.generate(prompt(i), params(200), CancelToken()) for i in range(3)]
+        long_streams = [submit(scheduler, prompt(i), params(200), CancelToken()) for i in range(3)]
         for stream in long_streams:
             next(stream)
-        short = list(scheduler.generate(prompt(7), params(4), CancelToken()))
+        short = list(submit(scheduler, prompt(7), params(4), CancelToken()))
         assert short == alone(prompt(7), 4)
         # the long ones are still going: the short one did not wait for them
         assert scheduler.stats().running == 3
@@ -338,11 +349,11 @@ def test_a_new_request_starts_while_others_decode():
 def test_requests_beyond_parallel_wait_for_a_sequence():
     _, scheduler = make(parallel=2, delay_s=0.002)
     try:
-        streams = [scheduler.generate(prompt(i), params(200), CancelToken()) for i in range(2)]
+        streams = [submit(scheduler, prompt(i), params(200), CancelToken()) for i in range(2)]
         for stream in streams:
             next(stream)
         waiting = threading.Thread(
-            target=lambda: list(scheduler.generate(prompt(5), params(3), CancelToken()))
+            target=lambda: list(submit(scheduler, prompt(5), params(3), CancelToken()))
         )
         waiting.start()
         deadline = time.monotonic() + 5
@@ -364,7 +375,7 @@ def test_no_sequence_leaks_after_many_mixed_requests():
 
         def one(i):
             cancel = CancelToken()
-            stream = scheduler.generate(prompt(i % 11, 3 + i % 17), params(1 + i % 9, seed=i), cancel)
+            stream = submit(scheduler, prompt(i % 11, 3 + i % 17), params(1 + i % 9, seed=i), cancel)
             for n, _ in enumerate(stream):
                 if i % 5 == 0 and n == 1:
                     cancel.cancel()
@@ -390,7 +401,7 @@ def test_the_backend_hears_when_the_scheduler_goes_idle():
             assert time.monotonic() < deadline
             time.sleep(0.001)
         before = backend.idled
-        assert list(scheduler.generate(prompt(1, 3), params(2), CancelToken()))
+        assert list(submit(scheduler, prompt(1, 3), params(2), CancelToken()))
         while backend.idled == before:  # and again once the work is done
             assert time.monotonic() < deadline
             time.sleep(0.001)
@@ -401,11 +412,11 @@ def test_the_backend_hears_when_the_scheduler_goes_idle():
 def test_a_failed_pass_ends_only_its_requests():
     backend, scheduler = make(parallel=3, delay_s=0.002)
     try:
-        ok = scheduler.generate(prompt(1), params(200), CancelToken())
+        ok = submit(scheduler, prompt(1), params(200), CancelToken())
         next(ok)
         backend.fail_seq = 1
         with pytest.raises(EngineFailed):
-            list(scheduler.generate(prompt(2, 3), params(5), CancelToken()))
+            list(submit(scheduler, prompt(2, 3), params(5), CancelToken()))
         backend.fail_seq = None
         assert len([next(ok) for _ in range(3)]) == 3
         ok.close()
@@ -417,7 +428,7 @@ def test_a_failed_pass_ends_only_its_requests():
 
 def test_a_crashed_scheduler_fails_every_stream_and_later_calls():
     backend, scheduler = make(parallel=2, delay_s=0.002)
-    streams = [scheduler.generate(prompt(i), params(200), CancelToken()) for i in range(3)]
+    streams = [submit(scheduler, prompt(i), params(200), CancelToken()) for i in range(3)]
     next(streams[0])
     next(streams[1])
     backend.crash = True
@@ -425,15 +436,15 @@ def test_a_crashed_scheduler_fails_every_stream_and_later_calls():
         with pytest.raises(EngineFailed):
             list(stream)
     with pytest.raises(EngineFailed):
-        next(scheduler.generate(prompt(4), params(2), CancelToken()))
+        next(submit(scheduler, prompt(4), params(2), CancelToken()))
     scheduler.close()
 
 
 def test_close_ends_running_and_waiting_generations():
     _, scheduler = make(parallel=1, delay_s=0.005)
-    running = scheduler.generate(prompt(1), params(240), CancelToken())
+    running = submit(scheduler, prompt(1), params(240), CancelToken())
     next(running)
-    waiting = scheduler.generate(prompt(2), params(5), CancelToken())
+    waiting = submit(scheduler, prompt(2), params(5), CancelToken())
     errors = []
 
     def consume():
@@ -456,7 +467,7 @@ def test_close_ends_running_and_waiting_generations():
 def test_the_context_window_limits_each_generation(sim):
     _, scheduler = sim
     p = prompt(2, 250)
-    out = list(scheduler.generate(p, params(100), CancelToken()))
+    out = list(submit(scheduler, p, params(100), CancelToken()))
     assert out == alone(p, 100) and len(out) <= 6
 
 
@@ -490,7 +501,7 @@ def test_a_group_computes_its_prompt_once_and_each_choice_is_its_own_answer(para
     try:
         shared = prompt(3, length=5 * CHUNK + 3)
         choices = [params(12, seed=40 + i) for i in range(4)]
-        results = _read_all(scheduler.generate_group(shared, choices, CancelToken()))
+        results = _read_all(submit_group(scheduler, shared, choices, CancelToken()))
         settle(scheduler)
     finally:
         scheduler.close()
@@ -507,7 +518,7 @@ def test_a_group_computes_its_prompt_once_and_each_choice_is_its_own_answer(para
 def test_a_group_whose_leader_is_cancelled_still_answers_nothing_more(sim):
     backend, scheduler = sim
     cancel = CancelToken()
-    streams = scheduler.generate_group(prompt(1, 30), [params(200, seed=i) for i in range(3)], cancel)
+    streams = submit_group(scheduler, prompt(1, 30), [params(200, seed=i) for i in range(3)], cancel)
     next(iter(streams[0]))
     cancel.cancel()
     assert all(len(r) <= 200 for r in _read_all(streams))

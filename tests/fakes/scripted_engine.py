@@ -4,16 +4,13 @@ the streaming core without a model, so conformance tests also run on it."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from llmflow.constraints.matcher import TokenMatcher
-from llmflow.engines.base import Engine
-from llmflow.params import SamplingParams
-from llmflow.prompts import ChatTemplate
+from llmflow.engines.base import Engine, TokenRequest
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
-from llmflow.types import CancelToken
+from llmflow.types import TemplateText
 
 EOS = 256
 ANSWER = "大阪城は有名です。Osaka Castle is famous 🏯. It was built in 1583. <|im_end|>"
@@ -59,30 +56,21 @@ class ScriptedEngine(Engine):
     def token_piece(self, token_id: int) -> bytes:
         return b"<|im_end|>" if token_id == EOS else bytes([token_id])
 
-    def chat_template(self) -> ChatTemplate | None:
-        return ChatTemplate(TEMPLATE)
+    def template_text(self) -> TemplateText:
+        return TemplateText(TEMPLATE)
 
     def detokenizer(self) -> Detokenizer:
         return ByteDetokenizer(lambda t: b"" if t == EOS else bytes([t]))
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        cancel: CancelToken,
-        constraint: TokenMatcher | None = None,
-    ) -> Iterator[int]:
+    def tokens(self, request: TokenRequest) -> Iterator[int]:
         answer = list(self._answer)
-        if not params.greedy:
-            random.Random(params.seed).shuffle(answer)
-        room = self._n_ctx - len(prompt_ids)
-        for produced, token in enumerate([*answer, EOS][:room], 1):
-            if cancel.cancelled:
+        if not request.params.greedy:
+            random.Random(request.params.seed).shuffle(answer)
+        for token in [*answer, EOS][: request.limit]:
+            if request.cancel.cancelled:
                 return
             self.tokens_generated += 1
             yield token
-            if produced >= room:
-                return
 
     def close(self) -> None:
         pass

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import ClassVar
 
-from llmflow.constraints.matcher import TokenMatcher
-from llmflow.params import SamplingParams
-from llmflow.types import CancelToken
+from llmflow.engines.base import TokenRequest
 from tests.fakes.scripted_engine import ScriptedEngine
 
 FAIL_AFTER = 20
@@ -22,14 +20,8 @@ class FailingEngine(ScriptedEngine):
 
     name: ClassVar[str] = "failing"
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        cancel: CancelToken,
-        constraint: TokenMatcher | None = None,
-    ) -> Iterator[int]:
-        for produced, token in enumerate(super().generate(prompt_ids, params, cancel, constraint)):
+    def tokens(self, request: TokenRequest) -> Iterator[int]:
+        for produced, token in enumerate(super().tokens(request)):
             if produced == FAIL_AFTER:
                 raise EngineFailure("the engine fell over")
             yield token

@@ -84,6 +84,8 @@ class ContinuousBatcher:
         self._vocab_size = model.config.get_text_config().vocab_size
         self._eos = list(eos_token_ids) or -1
         self._sampling = setup.sampling
+        #: the batch RNG's seed: a request whose seed is this one (the engine's default) asks for nothing more
+        self._seed = setup.seed
         sampling = {"do_sample": True, **_BASE_SAMPLING} if setup.sampling else {"do_sample": False}
         generation_config = GenerationConfig(eos_token_id=self._eos, **sampling)
         hints = WorkloadHints(
@@ -185,7 +187,7 @@ class ContinuousBatcher:
     def _warn_unsupported(self, params: SamplingParams) -> None:
         asked = {
             "temperature": not self._sampling and not params.greedy,
-            "seed": params.seed is not None and not params.greedy,
+            "seed": params.seed not in (None, self._seed) and not params.greedy,
             "min_p": params.min_p > 0.0 and not params.greedy,
             "repetition_penalty": params.repetition_penalty != 1.0,
         }

@@ -9,15 +9,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from llmflow.constraints.matcher import TokenMatcher
 from llmflow.constraints.vocabulary import TokenVocabulary
-from llmflow.engines.base import Engine
+from llmflow.engines.base import Engine, TokenRequest
 from llmflow.engines.hf.options import Placement, TransformersOptions, resolve
 from llmflow.errors import EngineUnavailable, InvalidRequest, ModelNotFound
-from llmflow.params import SamplingParams
-from llmflow.prompts import ChatTemplate
 from llmflow.streaming.detokenizer import Detokenizer
-from llmflow.types import CancelToken
+from llmflow.types import TemplateText
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +125,12 @@ class TransformersEngine(Engine):
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return self._tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
-    def chat_template(self) -> ChatTemplate | None:
+    def template_text(self) -> TemplateText:
         source = self._tokenizer.chat_template
         if isinstance(source, dict):  # several named templates: the default one
             source = source.get("default")
-        if not source:
-            return None
-        return ChatTemplate(source, bos_token=self._bos_text, eos_token=self._tokenizer.eos_token or "")
+        eos_text = self._tokenizer.eos_token or ""
+        return TemplateText(source or None, bos_token=self._bos_text, eos_token=eos_text)
 
     def detokenizer(self) -> Detokenizer:
         from llmflow.streaming.hf_detokenizer import DecodeStreamDetokenizer, OffsetDetokenizer
@@ -145,29 +141,20 @@ class TransformersEngine(Engine):
         tokenizer = self._tokenizer
         return OffsetDetokenizer(lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        cancel: CancelToken,
-        constraint: TokenMatcher | None = None,
-    ) -> Iterator[int]:
-        limit = min(params.max_tokens, self._n_ctx - len(prompt_ids))
-        if limit <= 0:
-            return iter(())
-        if self._batcher is not None:
-            if constraint is not None:  # transformers' manager samples inside; nothing to mask
-                raise InvalidRequest.single(
-                    "constraint",
-                    "output constraints need the transformers engine without continuous_batching",
-                )
-            tokens = self._batcher.generate(prompt_ids, params, limit, cancel)
-            if params.logprobs is None:
-                return tokens
-            from llmflow.engines.hf.rescoring import rescored
+    def tokens(self, request: TokenRequest) -> Iterator[int]:
+        if self._batcher is None:
+            return self._decode(request)
+        if request.constraint is not None:  # transformers' manager samples inside; nothing to mask
+            raise InvalidRequest.single(
+                "constraint",
+                "output constraints need the transformers engine without continuous_batching",
+            )
+        tokens = self._batcher.generate(request.prompt_ids, request.params, request.limit, request.cancel)
+        if request.params.logprobs is None:
+            return tokens
+        from llmflow.engines.hf.rescoring import rescored
 
-            return rescored(self._model, prompt_ids, tokens, params.logprobs)
-        return self._decode(prompt_ids, params, limit, cancel, constraint)
+        return rescored(self._model, request.prompt_ids, tokens, request.params.logprobs)
 
     def token_vocabulary(self) -> TokenVocabulary | None:
         """None with continuous batching (transformers' manager samples; nothing to mask) or a
@@ -199,27 +186,20 @@ class TransformersEngine(Engine):
 
             torch.cuda.empty_cache()
 
-    def _decode(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        limit: int,
-        cancel: CancelToken,
-        constraint: TokenMatcher | None = None,
-    ) -> Iterator[int]:
+    def _decode(self, request: TokenRequest) -> Iterator[int]:
         from llmflow.engines.hf.decode import as_prompt, decode_tokens
         from llmflow.engines.hf.sampling import Sampler
 
-        prompt = as_prompt(prompt_ids, self.placement.device)
-        sampler = Sampler(params, prompt[0], limit, self.options.seed, constraint)
+        prompt = as_prompt(request.prompt_ids, self.placement.device)
+        sampler = Sampler(request.params, prompt[0], request.limit, request.constraint)
         return decode_tokens(
             self._runner,
             sampler,
             prompt,
-            limit,
-            cancel,
+            request.limit,
+            request.cancel,
             pipelined=self.placement.on_cuda,
-            logprobs=params.logprobs,
+            logprobs=request.params.logprobs,
         )
 
     def _make_runner(self) -> Any:

@@ -67,7 +67,6 @@ class TransformersOptions(EngineOptions):
     attn_implementation: str | None = Field(
         None, description='e.g. "sdpa", "eager"; default: transformers\' choice'
     )
-    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="default RNG seed")
     ignore_eos: bool = Field(
         False, description="never sample EOS: every answer runs to max_tokens (benchmarks)"
     )

@@ -24,7 +24,6 @@ class Sampler:
         params: SamplingParams,
         prompt: Any,  # 1-D long tensor on the device
         max_new_tokens: int,
-        default_seed: int | None = None,
         constraint: TokenMatcher | None = None,
     ):
         import torch
@@ -42,7 +41,7 @@ class Sampler:
             self._n_seen = len(prompt)
         self._generator = None
         if not params.greedy:
-            seed = params.seed if params.seed is not None else default_seed
+            seed = params.seed  # the engine's default already applied (`Engine.generate`)
             self._generator = torch.Generator(device=device)
             self._generator.manual_seed(seed if seed is not None else secrets.randbits(63))
 
