@@ -64,6 +64,10 @@ def deploy(ray_serve) -> Callable[..., str]:
 
     def run(**args: Any) -> str:
         serve.run(build({"threads": THREADS, **args}), name=APP_NAME, route_prefix="/")
+        # serve.run returns once the new replicas run; the old ones may still be draining, and
+        # a request routed to one of them would see the old settings
+        replicas = args.get("replicas") or args.get("scaling", {}).get("min_replicas") or 1
+        wait_for(lambda: _states() == {"RUNNING": replicas}, "the old replicas to stop")
         return ray_serve
 
     return run
@@ -71,10 +75,14 @@ def deploy(ray_serve) -> Callable[..., str]:
 
 def replica_count(status: str = "RUNNING") -> int:
     """Replicas of the model deployment in `status`, as Ray Serve reports them."""
+    return _states().get(status, 0)
+
+
+def _states() -> dict[str, int]:
     from ray import serve
 
     deployment = serve.status().applications[APP_NAME].deployments[MODEL_NAME]
-    return deployment.replica_states.get(status, 0)
+    return {state: count for state, count in deployment.replica_states.items() if count}
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:

@@ -167,7 +167,8 @@ def test_a_full_queue_is_answered_429_by_the_replica(deploy):
         with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
             body = {**COUNTING, "max_tokens": 300, "stream": True}
             holder = client.send(client.build_request("POST", "/v1/completions", json=body), stream=True)
-            next(line for line in holder.iter_lines() if line.startswith("data: {"))
+            lines = holder.iter_lines()  # kept: dropping it would close the connection
+            next(line for line in lines if line.startswith("data: {"))
             refused = client.post("/v1/completions", json={**COUNTING, "max_tokens": 2})
             holder.close()
         assert refused.status_code == 429
