@@ -148,6 +148,11 @@ class Llama3Format(ToolCallFormat):
     def system_prompt(self, tools: Sequence[Tool], parallel: bool) -> str | None:
         return None
 
+    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint | None:
+        """None: this format's marker is a control token in the models that use it, which a
+        constraint built without the model's vocabulary could only forbid; calls are parsed."""
+        return None
+
 
 class MistralFormat(ToolCallFormat):
     """Mistral: `[TOOL_CALLS]` then a JSON list of calls (the marker is a control token in
@@ -163,6 +168,10 @@ class MistralFormat(ToolCallFormat):
         return 'calls: "[" call (", " call)* "]"\n' if parallel else 'calls: "[" call "]"\n'
 
     def system_prompt(self, tools: Sequence[Tool], parallel: bool) -> str | None:
+        return None
+
+    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint | None:
+        """None, as for Llama 3: `[TOOL_CALLS]` is a control token in recent vocabularies."""
         return None
 
 
@@ -188,3 +197,8 @@ def format_for(prompt_format: PromptFormat) -> ToolCallFormat:
     if "<|start_header_id|>" in source or "<|python_tag|>" in source:
         return Llama3Format()
     return HermesFormat()  # the most common convention of templates that take `tools`
+
+    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint | None:
+        """None: this format's marker is a control token in the models that use it, which a
+        constraint built without the model's vocabulary could only forbid; calls are parsed."""
+        return None
