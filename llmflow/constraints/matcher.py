@@ -39,17 +39,8 @@ class TokenMatcher:
         return allowed
 
     def mask(self, logits: np.ndarray) -> np.ndarray:
-        """Set the logits of every token the constraint refuses to -inf, in place. By index
-        rather than by a boolean `where`: a constraint mostly allows a few tokens (or refuses a
-        few), and touching those alone costs half as much on a 49k vocabulary."""
-        allowed = self.allowed()[: logits.shape[-1]]
-        keep = np.flatnonzero(allowed)
-        if 2 * keep.size < allowed.size:
-            kept = logits[keep]
-            logits.fill(-np.inf)
-            logits[keep] = kept
-        else:
-            logits[np.flatnonzero(~allowed)] = -np.inf
+        """Set the logits of every token the constraint refuses to -inf, in place."""
+        np.copyto(logits, -np.inf, where=~self.allowed()[: logits.shape[-1]])
         return logits
 
     def mask_torch(self, logits: Any) -> Any:

@@ -18,9 +18,10 @@ from ray.exceptions import RayActorError, RayError
 from ray.serve.exceptions import RequestCancelledError
 from starlette.types import Message, Receive, Scope, Send
 
-from llmflow.errors import ReplicaLost
+from llmflow.errors import LlmflowError, ReplicaLost, RequestTooLarge
 from llmflow.ray.bridge import portable_scope
 from llmflow.server.error_answers import error_response_for, sse_error_event_for
+from llmflow.server.middleware import read_body
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,11 @@ class Ingress:
             await self._forward(scope, receive, send)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await _read_body(receive, self._max_body_bytes)
+        try:
+            body = await read_body(receive, self._max_body_bytes)
+        except RequestTooLarge as exc:  # answered here: no replica need read it
+            await _send_error(scope["path"], exc, send)
+            return
         if body is None:
             return  # the client left while sending
         relay = _Relay(scope["path"], send)
@@ -96,34 +101,20 @@ class _Relay:
         error event when a stream was under way, else just the end of the body."""
         logger.warning("%s (%s)", error, self._path)
         if not self.started:
-            response = error_response_for(self._path, error)
-            start = {
-                "type": "http.response.start",
-                "status": response.status_code,
-                "headers": response.raw_headers,
-            }
-            await self._send(start)
-            await self._send({"type": "http.response.body", "body": response.body, "more_body": False})
+            await _send_error(self._path, error, self._send)
         elif not self.complete:
             tail = sse_error_event_for(self._path, error) if self._streaming else b""
             await self._send({"type": "http.response.body", "body": tail, "more_body": False})
         self.complete = True
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The request body, cut at one byte over `limit` (the replica answers 413 for it, as
-    `llmflow serve` does); None when the client disconnected first."""
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = message.get("body", b"")
-        parts.append(chunk)
-        size += len(chunk)
-        if size > limit or not message.get("more_body", False):
-            return b"".join(parts)[: limit + 1]
+async def _send_error(path: str, error: LlmflowError, send: Send) -> None:
+    """A whole error answer, in the shape the clients of `path` read."""
+    response = error_response_for(path, error)
+    await send(
+        {"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers}
+    )
+    await send({"type": "http.response.body", "body": response.body, "more_body": False})
 
 
 async def _cancel_on_disconnect(receive: Receive, call: Any) -> None:

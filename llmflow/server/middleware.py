@@ -48,6 +48,23 @@ class ApiKeyMiddleware:
         return False
 
 
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """A request's whole body; None when the client left first; `RequestTooLarge` past `limit`."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise RequestTooLarge(limit)
+        parts.append(body)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
 class BodyLimitMiddleware:
     """Reads a request body up to `limit` bytes (413 beyond) within `read_timeout_s` (408 after),
     then hands it to the app in one piece. Later `receive` calls go to the client again, so
@@ -66,7 +83,7 @@ class BodyLimitMiddleware:
             await _answer(RequestTooLarge(self.limit), scope, receive, send)
             return
         try:
-            body = await asyncio.wait_for(self._read(receive), self.read_timeout_s)
+            body = await asyncio.wait_for(read_body(receive, self.limit), self.read_timeout_s)
         except (RequestTooLarge, TimeoutError, asyncio.TimeoutError) as exc:
             error = exc if isinstance(exc, RequestTooLarge) else RequestReadTimeout(self.read_timeout_s)
             await _answer(error, scope, receive, send)
@@ -74,21 +91,6 @@ class BodyLimitMiddleware:
         if body is None:  # the client left while sending it
             return
         await self.app(scope, _replay(body, receive), send)
-
-    async def _read(self, receive: Receive) -> bytes | None:
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            body = message.get("body", b"")
-            size += len(body)
-            if size > self.limit:
-                raise RequestTooLarge(self.limit)
-            parts.append(body)
-            if not message.get("more_body", False):
-                return b"".join(parts)
 
     @staticmethod
     def _declared_length(scope: Scope) -> int:

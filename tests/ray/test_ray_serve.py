@@ -161,8 +161,8 @@ def test_a_client_that_disconnects_frees_its_sequence_on_the_replica_that_served
     assert read <= generated < 200, generated  # stopped soon after the client left, far from 400
 
 
-def test_a_full_queue_is_answered_429_by_the_replica(deploy):
-    url = deploy(replicas=1, server={"max_running": 1, "max_queue": 0})
+def test_a_full_queue_is_answered_429_and_a_large_body_413(deploy):
+    url = deploy(replicas=1, server={"max_running": 1, "max_queue": 0, "max_body_bytes": 4096})
     try:
         with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
             body = {**COUNTING, "max_tokens": 300, "stream": True}
@@ -174,6 +174,10 @@ def test_a_full_queue_is_answered_429_by_the_replica(deploy):
         assert refused.status_code == 429
         assert refused.json()["error"]["type"] == "rate_limit_error"
         assert "retry-after" in refused.headers
+        with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:  # and a body over the limit
+            too_large = client.post("/v1/completions", content=b"x" * 5000)
+        assert too_large.status_code == 413
+        assert too_large.json()["error"]["type"] == "invalid_request_error"
     finally:
         deploy(replicas=2)
 
