@@ -66,3 +66,19 @@ def accepts_prefix(llm: Any, constraint: Constraint, text: str) -> bool:
     except EngineFailed:
         return False
     return True
+
+
+def assert_valid_answer(llm, schema: dict[str, Any], done) -> None:
+    """A finished answer validates against `schema`; one cut at max_tokens is an accepted prefix."""
+    import json
+
+    import jsonschema
+
+    from llmflow import FinishReason
+
+    if done.finish_reason is FinishReason.STOP:
+        jsonschema.validate(json.loads(done.text), schema)
+        return
+    matcher = llm.compile(Constraint.json_schema(schema)).start()
+    for token in llm.engine.token_vocabulary().encode(done.text.encode()):
+        matcher.advance(token)  # raises if the text is not an accepted prefix
