@@ -85,6 +85,8 @@ def extra_cmake_options() -> list[str]:
     """The instruction-set flags `scripts/build_llama_cpp.py` gives llmflow's llama-cpp-python
     (AMX off, so that the peer neither crashes on AMX Xeons nor computes with other kernels),
     then `CMAKE_ARGS`, which both builds read last."""
+    if str(BUILD_SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(BUILD_SCRIPT.parent))  # the script imports its sibling `heartbeat`
     spec = importlib.util.spec_from_file_location("build_llama_cpp", BUILD_SCRIPT)
     assert spec is not None and spec.loader is not None
     build_llama_cpp = importlib.util.module_from_spec(spec)
