@@ -69,7 +69,8 @@ SUITE: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "peers", "benchmarks.peers.compare_servers",
-        ("--rounds", "5"),
+        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2", "--rates", "0.5,1",
+         "--rate-requests", "12"),
         ("--rounds", "1", "--concurrency", "1,4", "--rates", "1", "--rate-requests", "8",
          "--max-tokens", "16", "--requests", "8", "--prefix-concurrency", "2", "--quick"),
         "llmflow serve, llama-server, the example server and llama_cpp.server side by side",

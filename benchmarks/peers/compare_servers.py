@@ -62,6 +62,21 @@ class Setup:
 class Workload:
     key: str
     options: BenchOptions
+    #: the shared-prefix workload: (requests, system prompt words), its dataset made for each round
+    prefix: tuple[int, int] | None = None
+
+    def for_round(self, round_: int, logs: Path) -> BenchOptions:
+        """This round's requests: synthetic prompts from a seed of the round's own, a dataset
+        with the round's own questions. Servers with a prompt cache (llama-server, the example
+        server) would otherwise answer the next rounds' repeated prompts from it."""
+        options = replace(self.options, seed=self.options.seed + round_)
+        if self.prefix is None:
+            return options
+        count, words = self.prefix
+        path = logs / f"shared-prefix-{round_ + 1}.jsonl"
+        if not path.exists():
+            shared_prefix_dataset(path, count, words, self.options.seed, round_)
+        return replace(options, dataset=path)
 
 
 def llmflow_command(setup: Setup, port: int) -> list[str]:
@@ -125,8 +140,10 @@ COMMANDS: dict[str, Callable[[Setup, int], list[str]]] = {
 }
 
 
-def shared_prefix_dataset(path: Path, requests: int, system_words: int, seed: int) -> Path:
-    """A chat dataset whose every request starts with the same long system prompt."""
+def shared_prefix_dataset(path: Path, requests: int, system_words: int, seed: int, round_: int = 0) -> Path:
+    """A chat dataset whose every request starts with the same long system prompt (the same in
+    every round, as a deployed system prompt stays) and asks a question of its own (new in each
+    round, so that no server answers a repeated prompt from its cache)."""
     rng = random.Random(f"{seed}:system")
     words = [
         "the",
@@ -152,7 +169,10 @@ def shared_prefix_dataset(path: Path, requests: int, system_words: int, seed: in
         "this",
     ]
     system = "You answer questions about this text.\n" + " ".join(rng.choices(words, k=system_words))
-    questions = [f"Question {i}: write a long story about the number {i * 7 + 3}." for i in range(requests)]
+    questions = [
+        f"Question {i}, round {round_ + 1}: write a long story about the number {1000 * round_ + i * 7 + 3}."
+        for i in range(requests)
+    ]
     rows = [
         {"messages": [{"role": "system", "content": system}, {"role": "user", "content": q}]}
         for q in questions
@@ -161,7 +181,7 @@ def shared_prefix_dataset(path: Path, requests: int, system_words: int, seed: in
     return path
 
 
-def workloads(args: argparse.Namespace, model: Path, logs: Path) -> list[Workload]:
+def workloads(args: argparse.Namespace, model: Path) -> list[Workload]:
     base = BenchOptions(
         url="",
         prompt_tokens=args.prompt_tokens,
@@ -171,7 +191,10 @@ def workloads(args: argparse.Namespace, model: Path, logs: Path) -> list[Workloa
         tokenizer=str(model),
         request_usage=False,  # count every server's tokens the same way
     )
-    found = [Workload(f"c={c}", replace(base, concurrency=(c,))) for c in args.concurrency]
+    found = [
+        Workload(f"c={c}", replace(base, concurrency=(c,), requests=args.requests or max(4, args.waves * c)))
+        for c in args.concurrency
+    ]
     cap = max(args.concurrency)
     found += [
         Workload(
@@ -181,19 +204,19 @@ def workloads(args: argparse.Namespace, model: Path, logs: Path) -> list[Workloa
         for r in args.rates
     ]
     if args.prefix_concurrency:
-        count = args.requests or max(8, 4 * args.prefix_concurrency)
-        dataset = shared_prefix_dataset(logs / "shared-prefix.jsonl", count, args.prefix_words, args.seed)
+        count = args.requests or max(8, args.waves * args.prefix_concurrency)
         found.append(
             Workload(
                 f"shared prefix, c={args.prefix_concurrency}",
-                replace(base, concurrency=(args.prefix_concurrency,), dataset=dataset, requests=count),
+                replace(base, concurrency=(args.prefix_concurrency,), requests=count),
+                prefix=(count, args.prefix_words),
             )
         )
     return found
 
 
-def run_one(url: str, workload: Workload) -> dict[str, Any]:
-    document = run_bench(replace(workload.options, url=url))
+def run_one(url: str, options: BenchOptions) -> dict[str, Any]:
+    document = run_bench(replace(options, url=url))
     if document["aborted"]:
         document["notes"] = [*document.get("notes", []), f"aborted: {document['aborted']}"]
     return document
@@ -245,8 +268,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rate-requests", type=int, default=32)
     parser.add_argument("--prefix-concurrency", type=int, default=4, help="0: no shared-prefix workload")
     parser.add_argument("--prefix-words", type=int, default=600, help="length of the shared system prompt")
+    parser.add_argument("--requests", type=int, default=None, help="per closed-loop level (default: --waves)")
     parser.add_argument(
-        "--requests", type=int, default=None, help="per closed-loop level; default 4 per stream"
+        "--waves", type=int, default=4, help="closed loops: this many requests per stream (at least 4 in all)"
     )
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -302,14 +326,14 @@ def main() -> None:
         for name in names:
             port = free_port()
             urls[name] = stack.enter_context(started(name, COMMANDS[name](setup, port), port, logs))
-        plan = workloads(args, model, logs)
+        plan = workloads(args, model)
         samples: dict[str, dict[str, list[dict[str, Any]]]] = {w.key: {n: [] for n in names} for w in plan}
         for r in range(args.rounds):
             for i, workload in enumerate(plan):
                 shift = (r + i) % len(names)
                 for name in names[shift:] + names[:shift]:
                     print(f"round {r + 1}/{args.rounds} · {workload.key} · {name}", file=sys.stderr)
-                    samples[workload.key][name].append(run_one(urls[name], workload))
+                    samples[workload.key][name].append(run_one(urls[name], workload.for_round(r, logs)))
     config = {
         "model": model.name,
         "threads": args.threads,
@@ -323,7 +347,11 @@ def main() -> None:
         "max_tokens": args.max_tokens,
         "prefix_words": args.prefix_words,
         "rounds": args.rounds,
+        "requests": args.requests,
+        "waves": args.waves,
+        "rate_requests": args.rate_requests,
         "seed": args.seed,
+        "seeds": "the seed plus the round's index: new prompts in every round",
     }
     recording.write(args.out, config=config, samples=samples, summary=summarize(samples), hide=[model, logs])
 

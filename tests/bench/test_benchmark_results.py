@@ -129,6 +129,20 @@ def test_every_shared_prefix_request_starts_with_the_same_system_prompt(tmp_path
     assert len(dataset_requests(path, 6, max_tokens=8)) == 6  # llmflow bench reads it
 
 
+def test_each_round_asks_new_questions_after_the_same_system_prompt(tmp_path):
+    from benchmarks.peers.compare_servers import Workload
+    from llmflow.bench import BenchOptions
+
+    workload = Workload("shared prefix", BenchOptions(url="", seed=3), prefix=(4, 50))
+    first, second = workload.for_round(0, tmp_path), workload.for_round(1, tmp_path)
+    assert (first.seed, second.seed) == (3, 4)  # synthetic prompts differ between rounds too
+    rounds = [
+        [json.loads(line)["messages"] for line in o.dataset.read_text().splitlines()] for o in (first, second)
+    ]
+    assert {m[0]["content"] for r in rounds for m in r} == {rounds[0][0][0]["content"]}
+    assert not {m[1]["content"] for m in rounds[0]} & {m[1]["content"] for m in rounds[1]}
+
+
 def test_the_recorded_command_names_no_local_paths():
     from benchmarks.record import command_line
 
