@@ -197,8 +197,3 @@ def format_for(prompt_format: PromptFormat) -> ToolCallFormat:
     if "<|start_header_id|>" in source or "<|python_tag|>" in source:
         return Llama3Format()
     return HermesFormat()  # the most common convention of templates that take `tools`
-
-    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint | None:
-        """None: this format's marker is a control token in the models that use it, which a
-        constraint built without the model's vocabulary could only forbid; calls are parsed."""
-        return None
