@@ -65,7 +65,9 @@ class Run:
             "commit": args.commit,
             "machine": machine(),
             "config": {
-                k: v for k, v in vars(args).items() if k not in ("model", "bin", "out", "tokenizer", "commit")
+                k: v
+                for k, v in vars(args).items()
+                if k not in ("model", "bin", "out", "tokenizer", "commit", "reference_transformers")
             },
             "models": {},
         }
