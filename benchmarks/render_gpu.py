@@ -104,6 +104,134 @@ def _step_split(d: Result) -> str:
     return "Where a step goes, the engine in process at full concurrency (medians):\n\n" + table(header, rows)
 
 
+# -- the distance to llama-batched-bench, split (bench_llama_cpp_gpu.py --gap) -------------------
+def llama_cpp_gap(files: list[Result]) -> str:
+    """Each run's workloads and variants, then the transformers reference (a file of its own)."""
+    runs = [d for d in files if any("gap" in e for e in d["models"].values())]
+    parts = []
+    for i, d in enumerate(runs, start=1):
+        label, entry = next((k, e) for k, e in d["models"].items() if "gap" in e)
+        head = f"**Run {i} of {len(runs)}, {label}.** " if len(runs) > 1 else f"**{label}.** "
+        g = entry["gap"]
+        parts.append(head + _gap_workloads(d, g) + "\n" + _gap_product(g) + "\n" + _gap_variants(g))
+    for d in files:
+        if "reference_transformers" in d:
+            parts.append(_reference(d["reference_transformers"], runs))
+    return "\n".join(parts)
+
+
+def _engine_rate(split: Result, level: int) -> float:
+    """Tokens a second of the engine's full-width decode steps: `level` tokens a median step."""
+    return level / split["step_s_median"]
+
+
+def _gap_workloads(d: Result, g: Result) -> str:
+    level, rows = g["concurrency"], []
+    key = str(level)
+    for name in g["workloads"]:
+        bench = g["batched_bench"][name]["streams"]
+        ceiling = bench["decode_tok_s"][key]
+        split = g["in_process"].get("default", {}).get(name)
+        served = g["servers"].get("rows", {}).get("default", {}).get(name)
+        if not split or not served:
+            continue
+        wall = split["wall_by_step_kind_s"]
+        shares = "/".join(
+            num(wall[k] / split["wall_s"] * 100, 0)
+            for k in ("full_decode", "with_prompt_tokens", "partial_decode")
+        )
+        low, high = served["output_tok_s_min_max"]
+        rows.append(
+            [name, num(ceiling), num(bench["generated_tok_s"][key]),
+             f"{num(split['step_s_median'], 1, 1000)} ({num(_engine_rate(split, level) / ceiling, 2)})",
+             f"{num(split['generated_tok_s'])} ({num(split['generated_tok_s'] / ceiling, 2)})", shares,
+             f"{num(served['output_tok_s'])} [{num(low, 0)}-{num(high, 0)}] "
+             f"({num(served['output_tok_s'] / ceiling, 2)})",
+             f"{num(served['ttft_p50_s'], 0, 1000)} / {num(served['itl_p50_s'], 1, 1000)}"]
+        )  # fmt: skip
+    header = ["prompt/answer tokens", "batched-bench decode tok/s", "batched-bench with its prefill tok/s",
+              "engine full step ms (its rate / decode)", "engine in process tok/s (/ decode)",
+              "wave wall % full / prompt / partial steps", "llmflow serve tok/s (/ decode)",
+              "serve TTFT p50 / ITL p50 ms"]  # fmt: skip
+    c = d["config"]
+    intro = (
+        f"{level} streams, greedy; batched-bench: `-npl {level}` with the same prompt and answer lengths. "
+        f"In process: one wave of {level} generations on the engine (generated tokens / wall). llmflow "
+        f"serve: the median of {c['rounds']} rounds of {c['waves']} x {level} requests over HTTP, output "
+        "tokens as the server reports them (usage). In brackets: the ratio to batched-bench's decode.\n\n"
+    )
+    return intro + table(header, rows)
+
+
+def _gap_product(g: Result) -> str:
+    """llmflow serve / batched-bench decode as a product of three measured ratios."""
+    level, key, rows = g["concurrency"], str(g["concurrency"]), []
+    for name in g["workloads"]:
+        split = g["in_process"].get("default", {}).get(name)
+        served = g["servers"].get("rows", {}).get("default", {}).get(name)
+        if not split or not served:
+            continue
+        ceiling = g["batched_bench"][name]["streams"]["decode_tok_s"][key]
+        engine = _engine_rate(split, level)
+        factors = [
+            engine / ceiling,
+            split["generated_tok_s"] / engine,
+            served["output_tok_s"] / split["generated_tok_s"],
+        ]
+        rows.append([name, *(num(f, 2) for f in factors), num(served["output_tok_s"] / ceiling, 2)])
+    header = ["prompt/answer", "engine step: batched-bench step / full step",
+              "the wave: in process / full-step rate", "serving: llmflow serve / in process",
+              "product: llmflow serve / batched-bench decode"]  # fmt: skip
+    return "The ratio to batched-bench's decode as a product of the three measured parts:\n\n" + table(
+        header, rows
+    )
+
+
+def _gap_variants(g: Result) -> str:
+    level, key, rows = g["concurrency"], str(g["concurrency"]), []
+    for config, spec in g["configs"].items():
+        for name in spec["workloads"]:
+            split = g["in_process"].get(config, {}).get(name)
+            served = g["servers"].get("rows", {}).get(config, {}).get(name)
+            if not split:
+                continue
+            kind = "unified" if "kv_unified=true" in spec["engine_options"] else "streams"
+            ceiling = g["batched_bench"][name].get(kind, {}).get("decode_tok_s", {}).get(key)
+            rows.append(
+                [config, name, num(ceiling), num(split["step_s_median"], 2, 1000),
+                 num(split["gpu_s_median"], 2, 1000), num(split["sample_s_median"], 2, 1000),
+                 num(split["python_s_median"], 2, 1000), num(split["generated_tok_s"]),
+                 num(served["output_tok_s"]) if served else "in process only"]
+            )  # fmt: skip
+    header = ["variant", "prompt/answer", "batched-bench decode (its KV layout)", "step ms",
+              "forward pass ms", "samplers ms", "Python ms", "in process tok/s",
+              "llmflow serve tok/s"]  # fmt: skip
+    note = (
+        f"Engine variants at {level} streams (step medians of full-width decode steps): `default` is this "
+        "commit (one argmax over all greedy rows), `rowwise_sampling` the sampling before it (an argmax "
+        "call per sequence), `kv_unified` one KV pool (`--engine-option kv_unified=true`, against "
+        "batched-bench `-kvu`), `threaded_argmax` the one argmax split over 4 threads:\n\n"
+    )
+    return note + table(header, rows)
+
+
+def _reference(r: Result, runs: list[Result]) -> str:
+    if r.get("error"):
+        return f"The transformers engine did not run: {r['error'][:300]}\n"
+    prompt, answer = r["workload"]
+    rows = [[level, f"{num(row['output_tok_s'])} [{num(row['output_tok_s_min_max'][0], 0)}-"
+             f"{num(row['output_tok_s_min_max'][1], 0)}]",
+             f"{num(row['ttft_p50_s'], 0, 1000)} / {num(row['itl_p50_s'], 1, 1000)}"]
+            for level, row in r["rows"].items()]  # fmt: skip
+    options = " ".join(part for part in r["command"] if "=" in part)
+    return (
+        f"The transformers engine on the same shape for reference (random bf16 weights of the Llama-3-8B "
+        f"shape, the same tokenizer), `llmflow serve` with `{options}`, {prompt}-token prompts, {answer} "
+        "tokens, output tokens as the server reports them:\n\n"
+        + table(["streams", "llmflow serve (transformers) tok/s [min-max]", "TTFT p50 / ITL p50 ms"], rows)
+    )
+
+
 # -- transformers engine (benchmarks/bench_transformers_gpu.py) ----------------------------------
 TRANSFORMERS_PATHS = (
     ("one stream, static cache, compiled", "static"),
@@ -170,6 +298,14 @@ GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
         ),
     ),
     "gpu-llama-cpp-run1": (("llama_cpp_gpu_h200_run1.json",), lambda files: llama_cpp_gpu(files[0])),
+    "gpu-llama-cpp-gap": (
+        (
+            "llama_cpp_gpu_h200_run4.json",
+            "llama_cpp_gpu_h200_run5.json",
+            "llama_cpp_gpu_h200_run4_transformers.json",
+        ),
+        llama_cpp_gap,
+    ),
     "gpu-transformers": (
         ("transformers_gpu.json", "transformers_gpu_batch_page64.json", "transformers_gpu_batch_page32.json"),
         transformers_gpu,

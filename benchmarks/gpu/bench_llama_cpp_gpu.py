@@ -13,6 +13,13 @@ both (re-tokenized). Last, the engine in this process at `parallel` streams, eac
 three parts: the forward pass (GPU, waited for), the samplers (llama.cpp on the CPU) and the
 rest (the scheduler's Python).
 
+`--gap` splits the distance to `llama-batched-bench` at the highest concurrency, on the first
+model: llmflow serve (HTTP) and the engine in this process on workloads that remove one cause at a
+time (`GAP_WORKLOADS`: short prompts, long answers, both), each against `llama-batched-bench` with
+the same prompt and answer lengths, and engine variants (`GAP_CONFIGS`: the samplers as they were,
+one KV pool). `--reference-transformers HF_DIR` adds llmflow serve with the transformers engine
+on a Hugging Face directory of the same shape, on the gap's first workload.
+
     python benchmarks/gpu/bench_llama_cpp_gpu.py --bin BUILD/bin \
         --model Q4_K_M=models/llama3-8b-Q4_K_M.gguf --model f16=models/llama3-8b-f16.gguf \
         --tokenizer models/smollm2-135m-f16.gguf --out benchmarks/results/llama_cpp_gpu.json
@@ -21,6 +28,7 @@ rest (the scheduler's Python).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import random
@@ -30,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -56,7 +65,9 @@ class Run:
             "commit": args.commit,
             "machine": machine(),
             "config": {
-                k: v for k, v in vars(args).items() if k not in ("model", "bin", "out", "tokenizer", "commit")
+                k: v
+                for k, v in vars(args).items()
+                if k not in ("model", "bin", "out", "tokenizer", "commit", "reference_transformers")
             },
             "models": {},
         }
@@ -97,12 +108,23 @@ def machine() -> dict[str, Any]:
 # -- llama-batched-bench ---------------------------------------------------------------------
 
 
-def batched_bench(args: argparse.Namespace, model: Path, unified: bool) -> dict[str, Any]:
-    levels = ",".join(str(c) for c in args.concurrency)
+def batched_bench(
+    args: argparse.Namespace,
+    model: Path,
+    unified: bool,
+    levels: list[int] | None = None,
+    npp: int | None = None,
+    ntg: int | None = None,
+) -> dict[str, Any]:
+    """`llama-batched-bench` at `levels` sequences (default: every concurrency) of `npp` prompt and
+    `ntg` generated tokens (default: the servers' workload)."""
+    npl = ",".join(str(c) for c in levels or args.concurrency)
+    npp = args.prompt_tokens if npp is None else npp
+    ntg = args.max_tokens if ntg is None else ntg
     command = [
         str(args.bin / "llama-batched-bench"), "-m", str(model), "-ngl", "99", "-fa", "on",
         "-c", str(max(args.concurrency) * args.n_ctx), "-b", "2048", "-ub", "512",
-        "-npp", str(args.prompt_tokens), "-ntg", str(args.max_tokens), "-npl", levels,
+        "-npp", str(npp), "-ntg", str(ntg), "-npl", npl,
         "--output-format", "jsonl", *(["-kvu"] if unified else []),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
@@ -113,15 +135,19 @@ def batched_bench(args: argparse.Namespace, model: Path, unified: bool) -> dict[
         "command": _portable(command),
         "rows": rows,
         "decode_tok_s": {str(r["pl"]): r["speed_tg"] for r in rows},
+        # the generated tokens over prefill and decode together (no overlap: all prompts first)
+        "generated_tok_s": {str(r["pl"]): r["pl"] * r["tg"] / (r["t_pp"] + r["t_tg"]) for r in rows},
     }
 
 
 # -- the two servers -------------------------------------------------------------------------
 
 
-def server_commands(args: argparse.Namespace, model: Path, ports: dict[str, int]) -> dict[str, list[str]]:
+def server_commands(
+    args: argparse.Namespace, model: Path, ports: dict[str, int], extra_options: list[str] | None = None
+) -> dict[str, list[str]]:
     parallel = max(args.concurrency)
-    options = [f"parallel={parallel}", f"n_ctx={args.n_ctx}", *args.engine_option]
+    options = [f"parallel={parallel}", f"n_ctx={args.n_ctx}", *args.engine_option, *(extra_options or [])]
     return {
         "llmflow": [
             sys.executable, "-m", "llmflow", "serve", str(model), "--engine", "llama_cpp_batched",
@@ -138,17 +164,27 @@ def server_commands(args: argparse.Namespace, model: Path, ports: dict[str, int]
     }  # fmt: skip
 
 
-def bench_level(args: argparse.Namespace, url: str, concurrency: int) -> dict[str, Any]:
+def bench_level(
+    args: argparse.Namespace,
+    url: str,
+    concurrency: int,
+    prompt_tokens: int | None = None,
+    max_tokens: int | None = None,
+    usage: bool = False,
+) -> dict[str, Any]:
+    """One level of `llmflow bench`. Output tokens re-tokenized (the table: both servers counted
+    the same way), or with `usage` as the server reports them (the gap: the tokens generated, as
+    the engine in process and llama-batched-bench count them)."""
     document = run_bench(
         BenchOptions(
             url=url,
             concurrency=(concurrency,),
             requests=max(args.min_requests, args.waves * concurrency),
-            prompt_tokens=args.prompt_tokens,
-            max_tokens=args.max_tokens,
+            prompt_tokens=args.prompt_tokens if prompt_tokens is None else prompt_tokens,
+            max_tokens=args.max_tokens if max_tokens is None else max_tokens,
             seed=args.seed,
             tokenizer=str(args.tokenizer),
-            request_usage=False,  # count both servers' tokens the same way
+            request_usage=usage,
         )
     )
     if document["aborted"]:
@@ -229,6 +265,18 @@ def _sample(record: dict[str, Any]) -> dict[str, Any]:
 def step_split(run: Run, label: str, model: Path) -> dict[str, Any]:
     """`parallel` concurrent generations on the engine, every step timed: forward pass (GPU),
     samplers and the rest (Python: planning, filling the batch, handing out tokens)."""
+    workload = f"{run.args.prompt_tokens}/{run.args.max_tokens}"
+    return engine_runs(run, label, model, [], [workload])[workload]
+
+
+def engine_runs(
+    run: Run, label: str, model: Path, extra_options: list[str], workloads: list[str]
+) -> dict[str, dict[str, Any]]:
+    """`step_split` for each workload ("PROMPT/ANSWER" tokens) on one engine: a warm-up wave
+    (before the first workload only), then a measured wave of `parallel` generations. Besides the
+    full decode steps' split, the wave's wall time is cut by what each step carried: full decode
+    steps, steps with prompt tokens (prefill), decode steps of fewer sequences (ramp-up and tail),
+    and the time outside steps."""
     from llmflow.engines.llama_cpp_batched import LlamaCppBatchedEngine
     from llmflow.params import SamplingParams
     from llmflow.types import CancelToken
@@ -236,7 +284,7 @@ def step_split(run: Run, label: str, model: Path) -> dict[str, Any]:
     args = run.args
     parallel = max(args.concurrency)
     options: dict[str, Any] = {"parallel": parallel, "n_ctx": args.n_ctx}
-    options.update(_parse_options(args.engine_option))
+    options.update(_parse_options([*args.engine_option, *extra_options]))
     engine = LlamaCppBatchedEngine.load(model, **options)
     backend, scheduler = engine._backend, engine._scheduler
     steps: list[dict[str, float]] = []
@@ -254,7 +302,13 @@ def step_split(run: Run, label: str, model: Path) -> dict[str, Any]:
 
     backend.fill = timed("fill_s", backend.fill)
     backend.compute = timed("gpu_s", backend.compute)
-    backend.sample = timed("sample_s", backend.sample)
+    inner_sample = timed("sample_s", backend.sample)
+
+    def sample(samples: Any) -> Any:
+        current["sampled"] = current.get("sampled", 0) + len(samples)
+        return inner_sample(samples)
+
+    backend.sample = sample
     inner_step = scheduler._step
 
     def step() -> None:
@@ -268,28 +322,43 @@ def step_split(run: Run, label: str, model: Path) -> dict[str, Any]:
     scheduler._step = step
     rng = random.Random(args.seed)
     vocab = engine._vocab.n_vocab
-    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-
-    def one() -> int:
-        prompt = [rng.randrange(300, vocab - 300) for _ in range(args.prompt_tokens)]
-        return sum(1 for _ in engine.generate(prompt, params, CancelToken()))
-
+    results: dict[str, dict[str, Any]] = {}
     counts: list[int] = []
     try:
-        for attempt in ("warm-up", "measured"):
-            steps.clear()
-            counts.clear()
-            threads = [threading.Thread(target=lambda: counts.append(one())) for _ in range(parallel)]
-            t0 = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            wall = time.perf_counter() - t0
-            run.log(f"{label} step split ({attempt}): {len(steps)} steps in {wall:.2f} s")
+        for workload in workloads:
+            prompt_tokens, max_tokens = GAP_WORKLOADS.get(workload) or map(int, workload.split("/"))
+            params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+
+            def one(prompt: list[int], params: SamplingParams = params) -> int:
+                return sum(1 for _ in engine.generate(prompt, params, CancelToken()))
+
+            for attempt in ("warm-up", "measured") if workload == workloads[0] else ("measured",):
+                steps.clear()
+                counts.clear()
+                prompts = [
+                    [rng.randrange(300, vocab - 300) for _ in range(prompt_tokens)] for _ in range(parallel)
+                ]
+                threads = [threading.Thread(target=lambda p=p: counts.append(one(p))) for p in prompts]
+                t0 = time.perf_counter()
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                wall = time.perf_counter() - t0
+                run.log(f"{label} {workload} in process ({attempt}): {len(steps)} steps in {wall:.2f} s")
+            results[workload] = _split_of(steps, counts, wall, parallel, options)
+            run.log(f"{label} {workload} in process: {results[workload]['generated_tok_s']:.0f} tok/s")
     finally:
         engine.close()
-    full = [s for s in steps if s["tokens"] == parallel and "gpu_s" in s]
+    return results
+
+
+def _split_of(
+    steps: list[dict[str, float]], counts: list[int], wall: float, parallel: int, options: dict[str, Any]
+) -> dict[str, Any]:
+    full = [s for s in steps if s["tokens"] == parallel and s.get("sampled") == parallel and "gpu_s" in s]
+    prefill = [s for s in steps if s["tokens"] > s.get("sampled", 0)]
+    partial = [s for s in steps if s["tokens"] == s.get("sampled", 0) < parallel]
     result: dict[str, Any] = {
         "engine_options": options,
         "steps": len(steps),
@@ -297,6 +366,17 @@ def step_split(run: Run, label: str, model: Path) -> dict[str, Any]:
         "generated_tokens": sum(counts),
         "generated_tok_s": sum(counts) / wall,
         "full_decode_steps": len(full),
+        "wall_by_step_kind_s": {
+            "full_decode": sum(s["step_s"] for s in full),
+            "with_prompt_tokens": sum(s["step_s"] for s in prefill),
+            "partial_decode": sum(s["step_s"] for s in partial),
+            "outside_steps": wall - sum(s["step_s"] for s in steps),
+        },
+        "steps_by_kind": {
+            "full_decode": len(full),
+            "with_prompt_tokens": len(prefill),
+            "partial_decode": len(partial),
+        },
     }
     if full:
         for key in ("step_s", "gpu_s", "sample_s", "fill_s"):
@@ -306,6 +386,224 @@ def step_split(run: Run, label: str, model: Path) -> dict[str, Any]:
         result["python_s_p90"] = sorted(python)[int(0.9 * (len(python) - 1))]
         result["raw_full_steps"] = full
     return result
+
+
+# -- the distance to llama-batched-bench, one cause at a time (--gap) ------------------------
+
+#: name -> (prompt tokens, answer tokens): the first is the table's own workload; short prompts
+#: take the prefill out, long answers make the ramp-up and the tail a smaller share of the run
+GAP_WORKLOADS: dict[str, tuple[int, int]] = {
+    "128/128": (128, 128),
+    "8/128": (8, 128),
+    "128/512": (128, 512),
+    "8/512": (8, 512),
+}
+#: name -> (engine options, sampling, workloads: None for every one). "rowwise" samples as the
+#: engine did before `argmax_rows` (an argmax call per sequence); "threads" splits the one argmax
+#: over 4 threads (in this process only)
+GAP_CONFIGS: dict[str, tuple[list[str], str | None, tuple[str, ...] | None]] = {
+    "default": ([], None, None),
+    "rowwise_sampling": ([], "rowwise", ("128/128", "8/512")),
+    "kv_unified": (["kv_unified=true"], None, ("128/128", "8/512")),
+}
+IN_PROCESS_ONLY: dict[str, tuple[list[str], str | None, tuple[str, ...] | None]] = {
+    "threaded_argmax": ([], "threads", ("128/128",)),
+}
+
+
+def _config_workloads(config: tuple[list[str], str | None, tuple[str, ...] | None]) -> list[str]:
+    return list(config[2] or GAP_WORKLOADS)
+
+
+def rowwise_sample(self: Any, samples: Any) -> list[int]:
+    """`LlamaStepBackend.sample` as it was before `argmax_rows` (greedy rows only: the benchmark's
+    requests), an argmax call per sequence on a view of its row."""
+    import numpy as np
+
+    lib, ctx, n_vocab = self._lib, self._ctx, self._n_vocab
+    tokens = []
+    for sampler, index, _top, _allowed in samples:
+        if sampler == "greedy":
+            row = np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
+            tokens.append(int(row.argmax()))
+        else:
+            tokens.append(lib.llama_sampler_sample(sampler, ctx, index))
+    return tokens
+
+
+def _threaded_argmax(pool: Any, parts: int) -> Any:
+    import numpy as np
+
+    def argmax_rows(rows: Any) -> Any:
+        if len(rows) < 2 * parts:
+            return rows.argmax(axis=1)
+        chunks = np.array_split(np.arange(len(rows)), parts)
+        done = list(pool.map(lambda c: rows[c[0] : c[-1] + 1].argmax(axis=1), chunks))
+        return np.concatenate(done)
+
+    return argmax_rows
+
+
+@contextlib.contextmanager
+def sampling_as(kind: str | None) -> Iterator[None]:
+    """The engine's sampling replaced for the block: "rowwise" (as before `argmax_rows`) or
+    "threads" (the one argmax over 4 threads); None leaves it."""
+    from llmflow.engines import llama_cpp_batched as module
+
+    if kind is None:
+        yield
+        return
+    saved_sample, saved_argmax = module.LlamaStepBackend.sample, module.argmax_rows
+    pool = None
+    if kind == "rowwise":
+        module.LlamaStepBackend.sample = rowwise_sample  # type: ignore[method-assign]
+    elif kind == "threads":
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(4)
+        module.argmax_rows = _threaded_argmax(pool, 4)
+    else:
+        raise ValueError(kind)
+    try:
+        yield
+    finally:
+        module.LlamaStepBackend.sample, module.argmax_rows = saved_sample, saved_argmax  # type: ignore[method-assign]
+        if pool is not None:
+            pool.shutdown()
+
+
+def serve_with_sampling(kind: str, argv: list[str]) -> None:
+    """`llmflow ARGV...` with the engine's sampling replaced (a server of the gap's variants)."""
+    from llmflow.cli import app
+
+    sys.argv = ["llmflow", *argv]
+    with sampling_as(kind):
+        app()
+
+
+def gap(run: Run, label: str, model: Path) -> dict[str, Any]:
+    """The gap's measurements for one model; written into the results as they come."""
+    args = run.args
+    level = max(args.concurrency)
+    out: dict[str, Any] = {
+        "concurrency": level,
+        "workloads": {name: {"prompt_tokens": p, "max_tokens": m} for name, (p, m) in GAP_WORKLOADS.items()},
+        "configs": {
+            name: {"engine_options": c[0], "sampling": c[1], "workloads": _config_workloads(c)}
+            for name, c in {**GAP_CONFIGS, **IN_PROCESS_ONLY}.items()
+        },
+        "batched_bench": {},
+        "servers": {},
+        "in_process": {},
+    }
+    run.doc["models"][label]["gap"] = out
+    unified_workloads = set(_config_workloads(GAP_CONFIGS["kv_unified"]))
+    for name, (prompt, answer) in GAP_WORKLOADS.items():
+        kinds = ("streams", "unified") if name in unified_workloads else ("streams",)
+        out["batched_bench"][name] = {
+            kind: batched_bench(
+                args, model, unified=kind == "unified", levels=[level], npp=prompt, ntg=answer
+            )
+            for kind in kinds
+        }
+        run.log(f"{label} gap batched-bench {name}: {_brief(out['batched_bench'][name])}")
+        run.save()
+    if "servers" not in args.skip:
+        out["servers"] = gap_servers(run, label, model, level)
+        run.save()
+    if "split" not in args.skip:
+        for name, config in {**GAP_CONFIGS, **IN_PROCESS_ONLY}.items():
+            options, sampling, _ = config
+            with sampling_as(sampling):
+                out["in_process"][name] = engine_runs(
+                    run, f"{label} {name}", model, options, _config_workloads(config)
+                )
+            run.save()
+    return out
+
+
+def gap_servers(run: Run, label: str, model: Path, level: int) -> dict[str, Any]:
+    args = run.args
+    ports = {name: free_port() for name in GAP_CONFIGS}
+    commands = {}
+    for name, (options, sampling, _) in GAP_CONFIGS.items():
+        command = server_commands(args, model, {"llmflow": ports[name], "llama-server": 0}, options)[
+            "llmflow"
+        ]
+        if sampling is not None:  # `python -m llmflow ...` -> this script, which patches, then llmflow
+            command = [sys.executable, str(Path(__file__).resolve()), "--serve-with-sampling", sampling,
+                       *command[3:]]  # fmt: skip
+        commands[name] = command
+    pairs = [(name, w) for name, c in GAP_CONFIGS.items() for w in _config_workloads(c)]
+    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {n: {} for n in GAP_CONFIGS}
+    with ExitStack() as stack:
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        urls = {
+            name: stack.enter_context(started(name, commands[name], ports[name], logs, timeout_s=300))
+            for name in GAP_CONFIGS
+        }
+        run.log(f"{label} gap: {len(urls)} servers up")
+        for r in range(args.rounds):
+            if r > 0 and run.over_budget():
+                run.log(f"{label} gap: time budget spent after {r} rounds")
+                break
+            for name, workload in pairs if r % 2 == 0 else pairs[::-1]:
+                prompt, answer = GAP_WORKLOADS[workload]
+                document = bench_level(
+                    args, urls[name], level, prompt_tokens=prompt, max_tokens=answer, usage=True
+                )
+                rounds[name].setdefault(workload, []).append(document)
+                s = document["levels"][0]["summary"]
+                run.log(f"{label} gap round {r + 1} {name} {workload}: {s['output_throughput']:.0f} tok/s")
+    return {
+        "commands": {name: _portable(command) for name, command in commands.items()},
+        "rows": {
+            name: {w: _server_rows({level: docs})[str(level)] for w, docs in by_workload.items()}
+            for name, by_workload in rounds.items()
+        },
+    }
+
+
+def reference_transformers(run: Run, hf_dir: Path) -> dict[str, Any]:
+    """llmflow serve with the transformers engine (continuous batching, greedy) on the gap's first
+    workload, at 1 stream and at the highest concurrency."""
+    args = run.args
+    level = max(args.concurrency)
+    prompt, answer = next(iter(GAP_WORKLOADS.values()))
+    port = free_port()
+    options = ["continuous_batching=true", "batch_sampling=false", f"max_concurrency={level}",
+               f"n_ctx={args.n_ctx}"]  # fmt: skip
+    command = [
+        sys.executable, "-m", "llmflow", "serve", str(hf_dir), "--engine", "transformers",
+        "--host", "127.0.0.1", "--port", str(port), "--max-queue", "4096", "--log-level", "warning",
+        *[part for option in options for part in ("--engine-option", option)],
+    ]  # fmt: skip
+    out: dict[str, Any] = {"command": _portable(command), "workload": [prompt, answer], "rows": {}}
+    documents: dict[int, list[dict[str, Any]]] = {1: [], level: []}
+    try:
+        with ExitStack() as stack:
+            logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            try:
+                url = stack.enter_context(started("transformers", command, port, logs, timeout_s=400))
+            except SystemExit as exc:
+                out["error"] = str(exc)[-3000:]
+                return out
+            run.log("transformers server up")
+            for r in range(args.rounds):
+                if r > 0 and run.over_budget():
+                    break
+                for concurrency in documents:
+                    document = bench_level(
+                        args, url, concurrency, prompt_tokens=prompt, max_tokens=answer, usage=True
+                    )
+                    documents[concurrency].append(document)
+                    s = document["levels"][0]["summary"]
+                    run.log(f"transformers round {r + 1} c={concurrency}: {s['output_throughput']:.0f} tok/s")
+                    out["rows"] = _server_rows(documents)
+                    run.save()
+    except SystemExit as exc:  # a level that aborted
+        out["error"] = str(exc)[-3000:]
+    return out
 
 
 def _parse_options(pairs: list[str]) -> dict[str, Any]:
@@ -346,18 +644,34 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--n-ctx", type=int, default=1024, help="tokens per sequence, both servers")
     parser.add_argument("--engine-option", action="append", default=[], help="KEY=VALUE for llmflow's engine")
-    parser.add_argument("--skip", action="append", default=[], choices=["batched_bench", "servers", "split"])
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=["batched_bench", "servers", "split", "table"],
+        help="a part of the table (table: all of them); --gap runs whatever this says",
+    )  # fmt: skip
+    parser.add_argument("--gap", action="store_true", help="split the distance to llama-batched-bench")
+    parser.add_argument(
+        "--reference-transformers", type=Path, help="a Hugging Face directory of the same shape"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget-s", type=float, default=480, help="no new round after this")
     parser.add_argument("--commit", default="unknown", help="the llmflow commit measured")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/llama_cpp_gpu.json"))
     args = parser.parse_args()
     args.concurrency = parse_list(args.concurrency, int, "concurrency")
+    if "table" in args.skip:
+        args.skip = ["batched_bench", "servers", "split"]
+        args.table = False
+    else:
+        args.table = True
     run = Run(args)
     models = dict(pair.split("=", 1) for pair in args.model)
     for label, path in models.items():
         model = Path(path)
         entry: dict[str, Any] = run.doc["models"].setdefault(label, {"file": model.name})
+        if args.gap and label == next(iter(models)):
+            with _skipping(args, [] if not args.table else args.skip):
+                gap(run, label, model)
+            run.save()
         if "batched_bench" not in args.skip:
             entry["batched_bench"] = {
                 "streams": batched_bench(args, model, unified=False),
@@ -371,7 +685,19 @@ def main() -> None:
         if "split" not in args.skip:
             entry["step_split"] = step_split(run, label, model)
             run.save()
+    if args.reference_transformers:
+        run.doc["reference_transformers"] = reference_transformers(run, args.reference_transformers)
+        run.save()
     print(json.dumps(_table(run.doc), indent=1))
+
+
+@contextlib.contextmanager
+def _skipping(args: argparse.Namespace, skip: list[str]) -> Iterator[None]:
+    saved, args.skip = args.skip, skip
+    try:
+        yield
+    finally:
+        args.skip = saved
 
 
 def _brief(bench: dict[str, Any]) -> str:
@@ -407,4 +733,7 @@ def _table(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--serve-with-sampling"]:
+        serve_with_sampling(sys.argv[2], sys.argv[3:])
+    else:
+        main()

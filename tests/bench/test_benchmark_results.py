@@ -103,6 +103,11 @@ def test_gpu_tables_come_from_the_files_the_gpu_scripts_wrote():
         assert f"benchmarks/results/llama_cpp_gpu_h200_{run}.json" in llama
     assert "benchmarks/gpu/bench_llama_cpp_gpu.py" in llama and "**Run 2 of 2.**" in llama
     assert "missed" in llama and "met" in llama
+    gap = render.section("gpu-llama-cpp-gap", RESULTS)
+    for name in ("run4", "run5", "run4_transformers"):
+        assert f"benchmarks/results/llama_cpp_gpu_h200_{name}.json" in gap
+    assert "--gap" in gap and "rowwise_sampling" in gap and "kv_unified" in gap
+    assert "as a product" in gap and "transformers engine on the same shape" in gap
     first = render.section("gpu-llama-cpp-run1", RESULTS)
     assert "llama_cpp_gpu_h200_run1.json" in first and "requests completed" in first
     assert "bench_transformers_gpu.py" in render.section("gpu-transformers", RESULTS)
