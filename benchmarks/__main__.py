@@ -68,7 +68,7 @@ def main() -> None:
         return
     failed = []
     for name in args.names or [b.name for b in SUITE if b.default]:
-        extra = peer_arguments(args) if name == "peers" else []
+        extra = peer_arguments(args) if BY_NAME[name].module == "benchmarks.peers.compare_servers" else []
         if run(BY_NAME[name], args.quick, extra) != 0:
             failed.append(name)
             if not args.keep_going:

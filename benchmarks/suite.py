@@ -76,6 +76,14 @@ SUITE: tuple[Benchmark, ...] = (
         "llmflow serve, llama-server, the example server and llama_cpp.server side by side",
     ),
     Benchmark(
+        "peers_prefix", "benchmarks.peers.compare_servers",
+        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2", "--concurrency", "4",
+         "--rates", "", "--prefix-concurrency", "4"),
+        ("--rounds", "1", "--concurrency", "", "--rates", "", "--max-tokens", "16",
+         "--prefix-concurrency", "2", "--quick"),
+        "the peers' shared-prefix chat and 4 streams again, after the change that keeps cached prompts",
+    ),
+    Benchmark(
         "spark", "benchmarks.bench_spark",
         ("--prompts", "64", "--max-tokens", "64", "--rounds", "5", "--skip-oversubscribed"),
         ("--prompts", "8", "--max-tokens", "16", "--rounds", "1", "--skip-oversubscribed"),

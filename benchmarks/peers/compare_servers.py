@@ -195,7 +195,7 @@ def workloads(args: argparse.Namespace, model: Path) -> list[Workload]:
         Workload(f"c={c}", replace(base, concurrency=(c,), requests=args.requests or max(4, args.waves * c)))
         for c in args.concurrency
     ]
-    cap = max(args.concurrency)
+    cap = max(args.concurrency, default=args.parallel)
     found += [
         Workload(
             f"rate={r:g}/s",
@@ -263,7 +263,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=usable_cores())
     parser.add_argument("--parallel", type=int, default=16, help="sequences batched by each batching server")
     parser.add_argument("--n-ctx", type=int, default=1024, help="context window per sequence")
-    parser.add_argument("--concurrency", default="1,2,4,8,16")
+    parser.add_argument("--concurrency", default="1,2,4,8,16", help="closed-loop levels (empty: none)")
     parser.add_argument("--rates", default="0.5,1,2", help="Poisson arrival rates, requests/s")
     parser.add_argument("--rate-requests", type=int, default=32)
     parser.add_argument("--prefix-concurrency", type=int, default=4, help="0: no shared-prefix workload")
@@ -287,7 +287,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run (marked as such in the result)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/peers.json"))
     args = parser.parse_args()
-    args.concurrency = parse_list(args.concurrency, int, "concurrency")
+    args.concurrency = parse_list(args.concurrency, int, "concurrency") if args.concurrency else ()
     args.rates = parse_list(args.rates, float, "rates") if args.rates else ()
     return args
 

@@ -505,7 +505,9 @@ class BatchScheduler:
         return n // self.prefill_chunk * self.prefill_chunk
 
     def _compact(self) -> None:
-        """Move the highest running sequences down into gaps, so running ones are 0..n-1."""
+        """Move the highest running sequences down into gaps, so running ones are 0..n-1; a
+        gap's cached prompt chunks move up to a free sequence first, where the next request
+        with that prefix (a shared system prompt) finds them."""
         n = len(self._running)
         for gap in range(n):
             if self._holder[gap] is not None:
@@ -513,11 +515,24 @@ class BatchScheduler:
             top = max(r.seq for r in self._running)
             request = self._holder[top]
             assert request is not None
+            self._keep_cached(gap, top)
             self.backend.copy(top, gap)
             self.backend.truncate(top, 0)
             self._holder[gap], self._holder[top] = request, None
             self._cached[gap], self._cached[top] = [], []
             request.seq = gap
+
+    def _keep_cached(self, gap: int, top: int) -> None:
+        """Copy the gap's cached chunks to the free sequence whose own cache is shortest (not
+        the gap, nor `top`, which is about to move), unless every one holds at least as much."""
+        if not self._cached[gap]:
+            return
+        spares = [s for s, h in enumerate(self._holder) if h is None and s not in (gap, top)]
+        spare = min(spares, key=lambda s: len(self._cached[s]), default=None)
+        if spare is None or len(self._cached[spare]) >= len(self._cached[gap]):
+            return
+        self.backend.copy(gap, spare)  # a memory copy: cheaper than computing the chunks again
+        self._cached[spare] = self._cached[gap]
 
     def _fail_everything(self, failure: EngineFailed) -> None:
         """End every request with `failure`: consumers first, so none waits on a broken backend."""

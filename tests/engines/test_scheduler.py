@@ -288,6 +288,29 @@ def test_a_cached_prefix_in_another_free_sequence_is_copied():
         scheduler.close()
 
 
+def test_a_cached_prefix_outlives_the_move_that_closes_its_gap():
+    """A request ends below a running one, which moves down into its sequence: the ended
+    request's prompt chunks are copied to a free sequence first, so the next request with the
+    same prefix still finds them."""
+    _, scheduler = make(parallel=4, delay_s=0.002)
+    try:
+        shared = prompt(1, 24)
+        first = submit(scheduler, [*shared, 7], params(30), CancelToken())
+        next(first)  # in sequence 0
+        busy = submit(scheduler, prompt(9, 5), params(300), CancelToken())
+        next(busy)  # in sequence 1
+        list(first)  # ends while busy runs: busy moves down into sequence 0
+        busy.close()
+        settle(scheduler)
+        before = scheduler.stats().tokens_decoded_total
+        out = list(submit(scheduler, [*shared, 8, 9], params(2), CancelToken()))
+        assert out == alone([*shared, 8, 9], 2)
+        # the 24 shared tokens are copied, not computed: 2 prompt tokens + 1 fed back
+        assert scheduler.stats().tokens_decoded_total - before == 3
+    finally:
+        scheduler.close()
+
+
 def test_cancel_frees_the_sequence_while_others_go_on():
     backend, scheduler = make(parallel=3, delay_s=0.002)
     cancel = CancelToken()
