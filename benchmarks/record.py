@@ -124,6 +124,8 @@ class Recording:
     load_1m_start: float | None
     quick: bool = False
     notes: list[str] = field(default_factory=list)
+    #: the commit as the run began (work committed while a long run goes on is not what it measured)
+    commit: dict[str, Any] = field(default_factory=git_commit)
 
     @classmethod
     def begin(cls, benchmark: str, quick: bool = False) -> Recording:
@@ -144,7 +146,7 @@ class Recording:
             "benchmark": self.benchmark,
             "command": self.command,
             "quick": self.quick,
-            "commit": git_commit(),
+            "commit": self.commit,
             "started_at": self.started_at,
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": info,
