@@ -79,8 +79,8 @@ class Workload:
         return replace(options, dataset=path)
 
 
-def llmflow_command(setup: Setup, port: int) -> list[str]:
-    options = {"n_threads": setup.threads, "n_ctx": setup.n_ctx, "parallel": setup.parallel}
+def llmflow_command(setup: Setup, port: int, **more: str) -> list[str]:
+    options = {"n_threads": setup.threads, "n_ctx": setup.n_ctx, "parallel": setup.parallel, **more}
     engine_options = [a for k, v in options.items() for a in ("--engine-option", f"{k}={v}")]
     return [
         sys.executable, "-m", "llmflow", "serve", str(setup.model),
@@ -277,6 +277,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip", action="append", default=[], choices=SERVERS, help="leave this server out")
+    parser.add_argument(
+        "--llmflow-variant",
+        action="append",
+        default=[],
+        type=llmflow_variant,
+        help="LABEL:KEY=VALUE[,...]: one more llmflow server with these engine options",
+    )
     parser.add_argument("--example-server", type=Path, default=None, help="examples/server/server.py")
     parser.add_argument("--llama-server", type=Path, default=None, help="a built llama-server binary")
     parser.add_argument(
@@ -300,8 +307,20 @@ def build_of(binary: Path | None) -> dict[str, Any] | None:
     return json.loads(stamp.read_text()) if stamp.is_file() else None
 
 
+def llmflow_variant(spec: str) -> tuple[str, dict[str, str]]:
+    """`LABEL:KEY=VALUE[,KEY=VALUE]`: one more llmflow server with these engine options."""
+    label, _, options = spec.partition(":")
+    pairs = [item.partition("=") for item in options.split(",") if item]
+    if not label or not pairs or any(not key or not sep for key, sep, _ in pairs):
+        raise SystemExit(f"--llmflow-variant {spec!r}: expected LABEL:KEY=VALUE[,KEY=VALUE]")
+    return f"llmflow {label}", {key: value for key, _, value in pairs}
+
+
 def servers_to_run(args: argparse.Namespace, recording: Recording) -> list[str]:
     names = [n for n in SERVERS if n not in args.skip]
+    for name, options in args.llmflow_variant:
+        COMMANDS[name] = lambda setup, port, options=options: llmflow_command(setup, port, **options)
+        names.insert(names.index("llmflow") + 1 if "llmflow" in names else 0, name)
     if "example-server" in names and args.example_server is None:
         names.remove("example-server")
         recording.notes.append("example-server not run: no --example-server path given")
@@ -341,6 +360,7 @@ def main() -> None:
         "n_ctx_per_sequence": args.n_ctx,
         "servers": names,
         "llama_server_args": args.llama_server_args,
+        "llmflow_variants": {name: options for name, options in args.llmflow_variant},
         "llama_server_build": build_of(llama_server),
         "workloads": [w.key for w in plan],
         "prompt_tokens": args.prompt_tokens,
