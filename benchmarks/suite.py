@@ -84,6 +84,16 @@ SUITE: tuple[Benchmark, ...] = (
         "the peers' shared-prefix chat and 4 streams again, after the change that keeps cached prompts",
     ),
     Benchmark(
+        "peers_chunk", "benchmarks.peers.compare_servers",
+        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2", "--concurrency", "8,16",
+         "--rates", "", "--prefix-concurrency", "0", "--skip", "example-server", "--skip", "llama_cpp.server",
+         "--llmflow-variant", "chunk64:prefill_chunk=64", "--llmflow-variant", "chunk128:prefill_chunk=128"),
+        ("--rounds", "1", "--concurrency", "4", "--rates", "", "--max-tokens", "16", "--prefix-concurrency", "0",
+         "--skip", "example-server", "--skip", "llama_cpp.server", "--llmflow-variant",
+         "chunk128:prefill_chunk=128", "--quick"),
+        "llmflow with larger prompt chunks against llama-server, at 8 and 16 streams",
+    ),
+    Benchmark(
         "spark", "benchmarks.bench_spark",
         ("--prompts", "64", "--max-tokens", "64", "--rounds", "5", "--skip-oversubscribed"),
         ("--prompts", "8", "--max-tokens", "16", "--rounds", "1", "--skip-oversubscribed"),
