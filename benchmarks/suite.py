@@ -85,12 +85,13 @@ SUITE: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "peers_chunk", "benchmarks.peers.compare_servers",
-        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2", "--concurrency", "8,16",
-         "--rates", "", "--prefix-concurrency", "0", "--skip", "example-server", "--skip", "llama_cpp.server",
+        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2",
+         "--concurrency", "8,16", "--rates", "", "--prefix-concurrency", "0",
+         "--skip", "example-server", "--skip", "llama_cpp.server",
          "--llmflow-variant", "chunk64:prefill_chunk=64", "--llmflow-variant", "chunk128:prefill_chunk=128"),
-        ("--rounds", "1", "--concurrency", "4", "--rates", "", "--max-tokens", "16", "--prefix-concurrency", "0",
-         "--skip", "example-server", "--skip", "llama_cpp.server", "--llmflow-variant",
-         "chunk128:prefill_chunk=128", "--quick"),
+        ("--rounds", "1", "--concurrency", "4", "--rates", "", "--max-tokens", "16",
+         "--prefix-concurrency", "0", "--skip", "example-server", "--skip", "llama_cpp.server",
+         "--llmflow-variant", "chunk128:prefill_chunk=128", "--quick"),
         "llmflow with larger prompt chunks against llama-server, at 8 and 16 streams",
     ),
     Benchmark(
