@@ -75,7 +75,7 @@ def provenance(document: Result, path: str) -> str:
     quick = " --quick" if document["quick"] else ""
     line = (
         f"Result `{path}`, written by `{document['command']}` "
-        f"(re-run: `python -m benchmarks run {document['benchmark']}{quick}`) "
+        f"(re-run: `python -m benchmarks run {Path(path).stem}{quick}`) "
         f"at commit `{sha}` on {document['started_at'][:10]}; {machine['cpu_model']}, "
         f"{machine['usable_cores']} usable cores; 1-minute load average {load}."
     )
