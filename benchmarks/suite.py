@@ -95,6 +95,18 @@ SUITE: tuple[Benchmark, ...] = (
         "llmflow with larger prompt chunks against llama-server, at 8 and 16 streams",
     ),
     Benchmark(
+        "peers_onepass", "benchmarks.peers.compare_servers",
+        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2",
+         "--concurrency", "8,16", "--rates", "", "--prefix-concurrency", "0",
+         "--skip", "example-server", "--skip", "llama_cpp.server",
+         "--llmflow-variant", "onepass:one_pass=true"),
+        ("--rounds", "1", "--concurrency", "4", "--rates", "", "--max-tokens", "16",
+         "--prefix-concurrency", "0", "--skip", "example-server", "--skip", "llama_cpp.server",
+         "--llmflow-variant", "onepass:one_pass=true", "--quick"),
+        "llmflow with each step in one llama_decode (prompts of several sequences together) "
+        "against llama-server, at 8 and 16 streams",
+    ),
+    Benchmark(
         "spark", "benchmarks.bench_spark",
         ("--prompts", "64", "--max-tokens", "64", "--rounds", "5", "--skip-oversubscribed"),
         ("--prompts", "8", "--max-tokens", "16", "--rounds", "1", "--skip-oversubscribed"),
