@@ -151,9 +151,6 @@ class ServerMetrics:
             self.generation_tokens.labels(model).inc(timings.completion_tokens)
         self.finished.labels(model, timings.outcome or "unknown").inc()
 
-    def for_model(self, model: str) -> ModelMetrics:
-        return ModelMetrics(self, model)
-
     def count_response(self, endpoint: str, status: int, model: str = "") -> None:
         self.requests.labels(endpoint, str(status), model).inc()
 
@@ -164,15 +161,19 @@ class ServerMetrics:
         return generate_latest(self.registry)
 
 
-class ModelMetrics:
-    """A server's metrics as one model records into them."""
-
-    def __init__(self, metrics: ServerMetrics, model: str):
-        self._metrics = metrics
-        self.model = model
-
-    def observe(self, timings: RequestTimings) -> None:
-        self._metrics.observe(timings, self.model)
+#: the gauges of every served model, read at each scrape: key -> (name, documentation)
+_GAUGES = {
+    "loaded": ("llmflow_model_loaded", "1 while the model is loaded"),
+    "running": ("llmflow_num_requests_running", "Requests admitted and not over yet"),
+    "waiting": ("llmflow_num_requests_waiting", "Requests waiting for a place"),
+    "memory": (
+        "llmflow_model_memory_bytes",
+        "Estimated memory the model holds (weights and KV cache); 0 while not loaded",
+    ),
+    "sequences": ("llmflow_engine_sequences", "Engine sequences (KV-cache slots) in all"),
+    "free": ("llmflow_engine_free_sequences", "Engine sequences (KV-cache slots) free now"),
+    "generated": ("llmflow_engine_generated_tokens", "Tokens the engine has generated since it loaded"),
+}
 
 
 class _ModelGauges(Collector):
@@ -182,35 +183,11 @@ class _ModelGauges(Collector):
         self._models = models
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        loads = list(self._models())
         families = {
-            "loaded": GaugeMetricFamily(
-                "llmflow_model_loaded", "1 while the model is loaded", labels=[MODEL]
-            ),
-            "running": GaugeMetricFamily(
-                "llmflow_num_requests_running", "Requests admitted and not over yet", labels=[MODEL]
-            ),
-            "waiting": GaugeMetricFamily(
-                "llmflow_num_requests_waiting", "Requests waiting for a place", labels=[MODEL]
-            ),
-            "memory": GaugeMetricFamily(
-                "llmflow_model_memory_bytes",
-                "Estimated memory the model holds (weights and KV cache); 0 while not loaded",
-                labels=[MODEL],
-            ),
-            "sequences": GaugeMetricFamily(
-                "llmflow_engine_sequences", "Engine sequences (KV-cache slots) in all", labels=[MODEL]
-            ),
-            "free": GaugeMetricFamily(
-                "llmflow_engine_free_sequences", "Engine sequences (KV-cache slots) free now", labels=[MODEL]
-            ),
-            "generated": GaugeMetricFamily(
-                "llmflow_engine_generated_tokens",
-                "Tokens the engine has generated since it loaded",
-                labels=[MODEL],
-            ),
+            key: GaugeMetricFamily(name, documentation, labels=[MODEL])
+            for key, (name, documentation) in _GAUGES.items()
         }
-        for load in loads:
+        for load in self._models():
             name = [load.model]
             families["loaded"].add_metric(name, 1.0 if load.loaded else 0.0)
             families["memory"].add_metric(name, load.memory_bytes)

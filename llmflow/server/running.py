@@ -83,7 +83,7 @@ class RunningGeneration(Generic[T]):
             if final is not None:
                 observed.final(final)
             observed.end("stop" if stream.exhausted else "cancelled", stream.failure)
-            self.state.metrics.observe(observed.timings)
+            self.state.metrics.observe(observed.timings, self.state.name)
             self.state.active.discard(self)  # last: once the gauge drops, the metrics are in
 
 
