@@ -12,19 +12,17 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from llmflow.embeddings import embed
 from llmflow.server.model_registry import model_for
 from llmflow.server.openai import llm_for
-from llmflow.server.schemas import error_responses
+from llmflow.server.schemas import ClosedModel, error_responses
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
 
-class EmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class EmbeddingRequest(ClosedModel):
     model: str = Field(description="the served model's name, as listed by GET /v1/models")
     input: str | list[str] | list[int] | list[list[int]] = Field(
         description="a text, a list of texts, a list of token ids, or a list of token-id lists"
