@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmflow.errors import LlmflowError, RequestReadTimeout, RequestTooLarge, Unauthorized
-from llmflow.server.error_answers import error_response_for
+from llmflow.server.error_answers import error_response
 from llmflow.server.model_registry import MODEL_KEY
 
 logger = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 async def _answer(error: LlmflowError, scope: Scope, receive: Receive, send: Send) -> None:
-    await error_response_for(scope["path"], error)(scope, receive, send)
+    await error_response(error, scope["path"])(scope, receive, send)
 
 
 class ApiKeyMiddleware:
