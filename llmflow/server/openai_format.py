@@ -27,10 +27,6 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def finish_reason_value(reason: FinishReason | None) -> str | None:
-    return None if reason is None else reason.value
-
-
 class StreamFormat(ChunkFormat):
     """The chunks of one streamed answer, chat (`chat.completion.chunk`, text in `delta.content`)
     or text completion (`text_completion`, text in `text`): role chunk (chat), text deltas, finish
@@ -53,6 +49,8 @@ class StreamFormat(ChunkFormat):
         self.with_logprobs = with_logprobs
         self.n = n
         self._text_logprobs = [TextLogprobs() for _ in range(n)]
+        #: the choices that called functions: they finish with `tool_calls`
+        self._called: set[int] = set()
         self._head = {
             "id": new_id("chatcmpl" if chat else "cmpl"),
             "object": "chat.completion.chunk" if chat else "text_completion",
@@ -88,13 +86,15 @@ class StreamFormat(ChunkFormat):
         """The finish chunk, and the usage chunk with `include_usage`; the last carries `timings`
         when asked for."""
         extra = {"timings": timings.to_dict()} if self.with_timings else None
-        reason, index = self._reason(item, final), self._index(item)
+        index = self._index(item)
+        assert final.finish_reason is not None
+        reason = self._reason(index, final.finish_reason)
         if not self.include_usage or final.usage is None:
             return self.finish(reason, extra, index)
         return self.finish(reason, index=index) + self.usage(final.usage, extra)
 
-    def _reason(self, item: Any, final: Chunk) -> str | None:
-        return finish_reason_value(final.finish_reason)
+    def _reason(self, index: int, reason: FinishReason) -> str:
+        return tool_calls_reason(reason) if index in self._called else reason.value
 
     @staticmethod
     def _index(item: Any) -> int:
@@ -188,13 +188,10 @@ class StreamFormat(ChunkFormat):
     def role(self, index: int = 0) -> bytes:
         return self._event(self._choice({"role": "assistant", "content": ""}, None, index=index))
 
-    def finish(
-        self, reason: FinishReason | str | None, extra: dict[str, Any] | None = None, index: int = 0
-    ) -> bytes:
-        """The chunk with the finish reason (or its wire string: `tool_calls`); `extra` keys
+    def finish(self, reason: str, extra: dict[str, Any] | None = None, index: int = 0) -> bytes:
+        """The chunk with the finish reason (its wire string: `tool_calls` included); `extra` keys
         (llmflow's `timings`) added at the top."""
-        value = reason.value if isinstance(reason, FinishReason) else reason
-        body = self._choice({} if self.chat else "", value, index=index)
+        body = self._choice({} if self.chat else "", reason, index=index)
         return self._event({**body, **extra} if extra else body)
 
     def usage(self, usage: Usage, extra: dict[str, Any] | None = None) -> bytes:
@@ -228,10 +225,6 @@ class ChoicesFormat(StreamFormat):
     brings the usage chunk (with `include_usage`). A choice's items may be function call pieces
     (`ToolCallChunk`, with tools): that choice then finishes with `tool_calls`."""
 
-    def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
-        self._called: set[int] = set()
-
     def opening(self) -> bytes:
         return b"".join(self.role(i) for i in range(self.n)) if self.chat else b""
 
@@ -251,19 +244,12 @@ class ChoicesFormat(StreamFormat):
             self._called.add(item.index)
             return self._call(chunk, item.index)
         if chunk.finish_reason is not None:
-            return self.finish(self._choice_reason(item.index, chunk.finish_reason), index=item.index)
+            return self.finish(self._reason(item.index, chunk.finish_reason), index=item.index)
         return self._scored(chunk, item.index)
-
-    def _reason(self, item: ChoiceChunk, final: Chunk) -> str:  # type: ignore[override]
-        assert final.finish_reason is not None
-        return self._choice_reason(item.index, final.finish_reason)
 
     @staticmethod
     def _index(item: ChoiceChunk) -> int:
         return item.index
-
-    def _choice_reason(self, index: int, reason: FinishReason) -> str:
-        return tool_calls_reason(reason) if index in self._called else reason.value
 
 
 class ToolStreamFormat(StreamFormat):
@@ -271,10 +257,6 @@ class ToolStreamFormat(StreamFormat):
     calls go out as OpenAI streams them, `delta.tool_calls[i]` with `id`, `type` and
     `function.name` first, then `function.arguments` in pieces; the finish reason is
     `tool_calls` when the answer called functions."""
-
-    def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
-        self._called = False
 
     @staticmethod
     def final_of(item: Chunk | ToolCallChunk) -> Chunk | None:  # type: ignore[override]
@@ -287,12 +269,8 @@ class ToolStreamFormat(StreamFormat):
     def item(self, item: Chunk | ToolCallChunk) -> bytes:  # type: ignore[override]
         if isinstance(item, Chunk):
             return super().item(item)
-        self._called = True
+        self._called.add(0)
         return self._call(item)
-
-    def _reason(self, item: Chunk, final: Chunk) -> str:  # type: ignore[override]
-        assert final.finish_reason is not None
-        return tool_calls_reason(final.finish_reason) if self._called else final.finish_reason.value
 
 
 def model_list(names: list[str], created: int) -> dict[str, Any]:
