@@ -35,13 +35,14 @@ class ObservedGeneration:
     """Timings, usage, outcome and trace of one generation. `text()` and `final()` as chunks are
     handed over, `decide()` for an outcome known before the end, `end()` once."""
 
-    __slots__ = ("timings", "trace", "_final_seen", "_ended")
+    __slots__ = ("timings", "trace", "_final_seen", "ended")
 
     def __init__(self, timings: RequestTimings | None = None, trace: RequestTrace | None = None):
         self.timings = timings if timings is not None else RequestTimings()
         self.trace = trace
         self._final_seen = False
-        self._ended = False
+        #: set by the first `end()`
+        self.ended = False
 
     def text(self, text: str) -> None:
         """A text chunk was handed over. The per-token path: one clock read, one or two appends."""
@@ -61,16 +62,12 @@ class ObservedGeneration:
         """How the generation ended, when known before its end (timeout, error): the first wins."""
         self.timings.outcome = self.timings.outcome or outcome
 
-    @property
-    def ended(self) -> bool:
-        return self._ended
-
     def end(self, reason: str = FinishReason.CANCELLED.value, error: BaseException | None = None) -> None:
         """Close the record: the end time and outcome unless already known (`reason`, or "error"
         with `error`), and the trace's span. Only the first call counts."""
-        if self._ended:
+        if self.ended:
             return
-        self._ended = True
+        self.ended = True
         self.timings.finish("error" if error is not None else reason)
         if self.trace is not None:
             self.trace.end(self.timings, error)
