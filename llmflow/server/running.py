@@ -30,7 +30,8 @@ def no_final(item: Any) -> Chunk | None:
 
 
 class RunningGeneration(Generic[T]):
-    """Owns its admission place until the worker finishes; `close()` is the response's side."""
+    """Owns its admission place until the worker finishes, and times the generation out
+    `remaining_s` from now; `close()` is the response's side."""
 
     def __init__(
         self,
@@ -38,6 +39,7 @@ class RunningGeneration(Generic[T]):
         stream: ThreadedStream[T],
         observed: ObservedGeneration,
         final_of: FinalOf,
+        remaining_s: float,
     ):
         self.state = state
         self.stream = stream
@@ -45,23 +47,16 @@ class RunningGeneration(Generic[T]):
         self._final_of = final_of
         self._open = 2  # the worker and the response
         self._closed = False
-        self._deadline: asyncio.TimerHandle | None = None
+        self._deadline = asyncio.get_running_loop().call_later(max(remaining_s, 0.0), self._time_out)
         state.active.add(self)
         stream.done.add_done_callback(self._worker_done)
 
-    def set_deadline(self, remaining_s: float) -> None:
-        timeout_s = self.state.settings.request_timeout_s
-        self._deadline = asyncio.get_running_loop().call_later(
-            max(remaining_s, 0.0), self._time_out, timeout_s
-        )
-
-    def _time_out(self, timeout_s: float) -> None:
+    def _time_out(self) -> None:
         self.observed.decide("timeout")
-        self.stream.fail(RequestTimeout(timeout_s))
+        self.stream.fail(RequestTimeout(self.state.settings.request_timeout_s))
 
     def _worker_done(self, _: Any) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
+        self._deadline.cancel()
         self.state.admission.release()
         self._settle()
 
@@ -114,9 +109,7 @@ async def start_generation(
     except BaseException:
         state.admission.release()
         raise
-    generation = RunningGeneration(state, stream, observed, final_of)
-    generation.set_deadline(timeout_s - timings.elapsed_s())
-    return generation
+    return RunningGeneration(state, stream, observed, final_of, timeout_s - timings.elapsed_s())
 
 
 async def _wait_for_place(state: ModelState, timeout_s: float, receive: Receive | None) -> None:
