@@ -54,7 +54,7 @@ def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:
         reaper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reaper
-        await state.shutdown()
+        await models.shutdown()
 
     names = ", ".join(repr(name) for name in models.names)
     app = FastAPI(

@@ -29,7 +29,7 @@ from llmflow.server.metrics import ModelLoad, ServerMetrics
 from llmflow.server.model_config import ModelConfig, check_unique
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
-from llmflow.server.state import ModelState, get_state
+from llmflow.server.state import SHUTDOWN_GRACE_S, ModelState, get_state
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ class ModelRegistry:
             except Exception:
                 logger.exception("unloading idle models failed")
 
-    async def shutdown(self, grace_s: float) -> None:
+    async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await asyncio.gather(*(state.shutdown(grace_s) for state in self.loaded()))
 
 

@@ -118,9 +118,6 @@ class ServerState:
         for model in self.models.loaded():
             model.end_generations()
 
-    async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
-        await self.models.shutdown(grace_s)
-
 
 def get_state(request: Request) -> ServerState:
     return request.app.state.llmflow
