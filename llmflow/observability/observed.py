@@ -84,9 +84,6 @@ class ObservedStream(Iterator[Chunk]):
         self.observed = observed
         self._started = False
 
-    def __iter__(self) -> ObservedStream:
-        return self
-
     def __next__(self) -> Chunk:
         """The per-token path: the inner `next`, one clock read, one or two list appends."""
         self._started = True

@@ -85,9 +85,6 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
             self._stopped.set()
 
     # -- event loop -----------------------------------------------------------------------------
-    def __aiter__(self) -> ThreadedStream[T]:
-        return self
-
     async def __anext__(self) -> T:
         item = await self._queue.get()
         if item is _END:
