@@ -196,7 +196,7 @@ async def _predict(
             trace.set_result(_parsed(answer.body), failed=answer.status >= 400)
         return iter((answer,))
 
-    generation = await start_generation(state, score, observed, receive=receive)
+    generation = await start_generation(state, score, observed, receive)
     try:
         with stop_on_disconnect(generation, receive):
             answer = await generation.stream.__anext__()
@@ -242,7 +242,7 @@ async def _predict_llmflow(
         observed = observe(state, timings, INVOCATIONS_SPAN, inputs, options.trace, python_model.tracing)
         cancel = CancelToken()
         source = partial(call.stream, llm, cancel, timed, observed.trace)
-        generation = await start_generation(state, source, observed, cancel=cancel, receive=receive)
+        generation = await start_generation(state, source, observed, receive, cancel=cancel)
         try:
             completions = await collect(generation, receive, len(call.generated))
         except Exception as exc:
@@ -261,7 +261,7 @@ async def _stream(
 ) -> Response:
     observed = observe(state, timings, INVOCATIONS_SPAN, lambda: {**payload, "stream": True})
     generation = await start_generation(
-        state, lambda: mlflow_scoring.predict_stream(model, payload), observed, receive=receive
+        state, lambda: mlflow_scoring.predict_stream(model, payload), observed, receive
     )
     try:
         first = await generation.stream.__anext__()  # the model checks its input here
@@ -304,9 +304,9 @@ async def _stream_llmflow(
         state,
         lambda: call_dicts(with_calls(llm.stream_prepared(prepared, cancel), plan)),
         observed,
+        receive,
         fmt.final_of,
         cancel,
-        receive=receive,
     )
     events = stream_events(generation, fmt)
     return EventStream(events, on_close=generation.close, ping_interval_s=_ping_interval(ping))

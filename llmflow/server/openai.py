@@ -288,9 +288,7 @@ async def _answer(
     else:
         fmt = ChoicesFormat(**options, n=n)
         source = lambda: stream_choices(llm, prepared, n, cancel, split=split)  # noqa: E731
-    generation = await start_generation(
-        state, source, observed, fmt.final_of, cancel, receive=request.receive
-    )
+    generation = await start_generation(state, source, observed, request.receive, fmt.final_of, cancel)
     if body.stream:
         return EventStream(stream_events(generation, fmt), on_close=generation.close)
     completions = await collect(generation, request.receive, n)

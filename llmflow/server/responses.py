@@ -152,7 +152,7 @@ async def answer(
         source = lambda: prepared.pieces(llm.stream_prepared(prepared.request, cancel))  # noqa: E731
     else:
         source = lambda: llm.stream_prepared(prepared.request, cancel)  # noqa: E731
-    generation = await start_generation(state, source, observed, fmt.final_of, cancel, request.receive)
+    generation = await start_generation(state, source, observed, request.receive, fmt.final_of, cancel)
     if stream:
         interval = PING_INTERVAL_S if ping else None
         return EventStream(

@@ -86,16 +86,16 @@ async def start_generation(
     state: ModelState,
     make_iterator: Callable[[], Iterator[T]],
     observed: ObservedGeneration,
+    receive: Receive,
     final_of: FinalOf = no_final,
     cancel: CancelToken | None = None,
-    receive: Receive | None = None,
 ) -> RunningGeneration[T]:
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
     then start `make_iterator()` in a worker thread; `cancel` is what stops it early, when the
     source takes one. `observed` is ended when the generation is over; its trace, when it has
     one, is begun and active in the worker (`traced`); `final_of` finds the final chunk among the
-    items. With `receive`, a client that disconnects while waiting leaves the
-    queue (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
+    items. A client that disconnects while waiting (`receive`) leaves the queue
+    (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
     generation."""
     timings = observed.timings
     timeout_s = state.settings.request_timeout_s
@@ -112,12 +112,9 @@ async def start_generation(
     return RunningGeneration(state, stream, observed, final_of, timeout_s - timings.elapsed_s())
 
 
-async def _wait_for_place(state: ModelState, timeout_s: float, receive: Receive | None) -> None:
+async def _wait_for_place(state: ModelState, timeout_s: float, receive: Receive) -> None:
     """Wait in the admission queue, and give the place up if the client disconnects meanwhile."""
     waiting = asyncio.ensure_future(state.admission.acquire(timeout_s))
-    if receive is None:
-        await waiting
-        return
     watcher = asyncio.ensure_future(wait_for_disconnect(receive))
     try:
         await asyncio.wait({waiting, watcher}, return_when=asyncio.FIRST_COMPLETED)
