@@ -8,7 +8,7 @@ import asyncio
 import base64
 import sys
 from array import array
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -58,17 +58,13 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> JSONResponse:
     state = await model_for(request, body.model)
     llm = llm_for(state)
     result = await asyncio.to_thread(embed, llm, body.input, dimensions=body.dimensions)
-    encode = _base64 if body.encoding_format == "base64" else _floats
+    as_base64 = body.encoding_format == "base64"
     data = [
-        {"object": "embedding", "index": i, "embedding": encode(vector)}
+        {"object": "embedding", "index": i, "embedding": _base64(vector) if as_base64 else vector}
         for i, vector in enumerate(result.vectors)
     ]
     usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
     return JSONResponse({"object": "list", "data": data, "model": state.served.name, "usage": usage})
-
-
-def _floats(vector: list[float]) -> Any:
-    return vector
 
 
 def _base64(vector: list[float]) -> str:
