@@ -56,12 +56,9 @@ class ModelSlot:
         self.memory_bytes = 0
 
     @property
-    def idle(self) -> bool:
-        return self.leases == 0 and (self.state is None or not self.state.busy)
-
-    @property
     def unloadable(self) -> bool:
-        return self.config is not None and self.state is not None and self.idle
+        """Loaded from a config, and idle: no request holds it, none of its generations runs or waits."""
+        return self.config is not None and self.state is not None and self.leases == 0 and not self.state.busy
 
     @property
     def engine_name(self) -> str | None:
