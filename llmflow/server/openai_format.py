@@ -23,6 +23,10 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+#: the placeholder text `StreamFormat` splits its per-token events around
+_TEXT = "\x00text\x00"
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
@@ -57,15 +61,9 @@ class StreamFormat(ChunkFormat):
             "created": int(time.time()),
             "model": model,
         }
-        usage_tail = ',"usage":null' if include_usage else ""
-        if chat:
-            prefix = _dumps(self._head)[:-1] + ',"choices":[{"index":0,"delta":{"content":'
-            suffix = '},"logprobs":null,"finish_reason":null}]' + usage_tail + "}"
-        else:
-            prefix = _dumps(self._head)[:-1] + ',"choices":[{"index":0,"text":'
-            suffix = ',"logprobs":null,"finish_reason":null}]' + usage_tail + "}"
-        self._prefix = b"data: " + prefix.encode()
-        self._suffix = suffix.encode() + b"\n\n"
+        # a text chunk's event is the event of a placeholder text, split around it
+        placeholder = self._event(self._choice({"content": _TEXT} if chat else _TEXT, None))
+        self._prefix, _, self._suffix = placeholder.rpartition(_dumps(_TEXT).encode())
         # a reasoning model's thinking, under both names clients read (llama.cpp's and vLLM's)
         self._thinking_prefix = self._prefix.replace(b'"delta":{"content":', b'"delta":{"reasoning_content":')
 
