@@ -7,6 +7,7 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -167,18 +168,16 @@ class ResponseCounterMiddleware:
             exchange.record(500)  # no complete answer: a server failure, unless the client left
 
 
+@dataclass(slots=True)
 class _Exchange:
     """One request's answer, as far as the client got it; counted once."""
 
-    __slots__ = ("client_left", "counted", "endpoint", "scope", "status", "_count")
-
-    def __init__(self, scope: Scope, endpoint: str, count: Callable[[str, int, str], None]):
-        self.scope = scope
-        self.endpoint = endpoint
-        self.status: int | None = None
-        self.client_left = False
-        self.counted = False
-        self._count = count
+    scope: Scope
+    endpoint: str
+    count: Callable[[str, int, str], None]
+    status: int | None = None
+    client_left: bool = False
+    counted: bool = False
 
     def record(self, status: int) -> None:
         """Count the answer (the first call wins) as `status`, or as 499 when the client left first."""
@@ -190,4 +189,4 @@ class _Exchange:
             logger.info(
                 "%s %s: the client closed the connection first", self.scope["method"], self.scope["path"]
             )
-        self._count(self.endpoint, status, self.scope.get(MODEL_KEY, ""))
+        self.count(self.endpoint, status, self.scope.get(MODEL_KEY, ""))

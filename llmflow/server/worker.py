@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from llmflow.types import CancelToken
@@ -23,11 +24,9 @@ logger = logging.getLogger(__name__)
 _END = object()
 
 
+@dataclass(slots=True)
 class _Failure:
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException):
-        self.error = error
+    error: BaseException
 
 
 class ThreadedStream(Generic[T], AsyncIterator[T]):
