@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from llmflow.observability.timings import RequestTimings
 from llmflow.observability.trace import RequestTrace, close_iterator
@@ -31,18 +32,16 @@ logger = logging.getLogger(__name__)
 DRAIN_LIMIT = 64
 
 
+@dataclass(slots=True, eq=False)
 class ObservedGeneration:
     """Timings, usage, outcome and trace of one generation. `text()` and `final()` as chunks are
     handed over, `decide()` for an outcome known before the end, `end()` once."""
 
-    __slots__ = ("timings", "trace", "_final_seen", "ended")
-
-    def __init__(self, timings: RequestTimings | None = None, trace: RequestTrace | None = None):
-        self.timings = timings if timings is not None else RequestTimings()
-        self.trace = trace
-        self._final_seen = False
-        #: set by the first `end()`
-        self.ended = False
+    timings: RequestTimings = field(default_factory=RequestTimings)
+    trace: RequestTrace | None = None
+    _final_seen: bool = field(default=False, init=False)
+    #: set by the first `end()`
+    ended: bool = field(default=False, init=False)
 
     def text(self, text: str) -> None:
         """A text chunk was handed over. The per-token path: one clock read, one or two appends."""
