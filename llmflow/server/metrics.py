@@ -74,6 +74,9 @@ class ServerMetrics:
         def histogram(name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, documentation, [MODEL], buckets=buckets, registry=r)
 
+        def counter(name: str, documentation: str, labels: tuple[str, ...] = (MODEL,)) -> Counter:
+            return Counter(name, documentation, labels, registry=r)
+
         self.ttft = histogram(
             "llmflow_time_to_first_token_seconds",
             "Time from arrival to the first text chunk",
@@ -92,30 +95,23 @@ class ServerMetrics:
             "Time from arrival to the end of generation",
             _REQUEST_BUCKETS,
         )
-        self.prompt_tokens = Counter("llmflow_prompt_tokens", "Prompt tokens processed", [MODEL], registry=r)
-        self.generation_tokens = Counter("llmflow_generation_tokens", "Tokens generated", [MODEL], registry=r)
-        self.requests = Counter(
+        self.prompt_tokens = counter("llmflow_prompt_tokens", "Prompt tokens processed")
+        self.generation_tokens = counter("llmflow_generation_tokens", "Tokens generated")
+        self.requests = counter(
             "llmflow_requests",
             "HTTP requests answered, by endpoint, status and the model they named (empty: none)",
-            ["endpoint", "status", MODEL],
-            registry=r,
+            ("endpoint", "status", MODEL),
         )
-        self.finished = Counter(
-            "llmflow_requests_finished",
-            "Generations ended, by how they ended",
-            [MODEL, "outcome"],
-            registry=r,
+        self.finished = counter(
+            "llmflow_requests_finished", "Generations ended, by how they ended", (MODEL, "outcome")
         )
-        self.loads = Counter(
-            "llmflow_model_loads", "Models loaded (at start, or at a first request)", [MODEL], registry=r
-        )
-        self.unloads = Counter("llmflow_model_unloads", "Idle models unloaded", [MODEL], registry=r)
-        self.connections_refused = Counter(
+        self.loads = counter("llmflow_model_loads", "Models loaded (at start, or at a first request)")
+        self.unloads = counter("llmflow_model_unloads", "Idle models unloaded")
+        self.connections_refused = counter(
             "llmflow_connections_refused",
             "Connections closed before a request was read: over the connection limit, or no request "
             "head within the read timeout",
-            ["reason"],
-            registry=r,
+            ("reason",),
         )
         self._open_connections: Callable[[], int] = lambda: 0
         Gauge("llmflow_open_connections", "HTTP connections open now", registry=r).set_function(
