@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from llmflow.observability.trace import close_iterator
 from llmflow.types import CancelToken
 
 T = TypeVar("T")
@@ -74,7 +75,10 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
             self.failure = exc
             put(_Failure(exc))
         finally:
-            _close(iterator)
+            try:
+                close_iterator(iterator)  # frees the engine
+            except Exception:
+                logger.exception("closing a generation failed")
             put(_END)
 
     def _put(self, item: Any) -> None:
@@ -108,13 +112,3 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
     @property
     def stopped(self) -> bool:
         return self._stopped.is_set()
-
-
-def _close(iterator: Any) -> None:
-    close = getattr(iterator, "close", None)
-    if close is None:
-        return
-    try:
-        close()
-    except Exception:
-        logger.exception("closing a generation failed")
