@@ -7,7 +7,7 @@ import contextlib
 import ctypes
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -130,6 +130,19 @@ def resolve_load(llama_cpp: Any, options: OptionsT) -> tuple[OptionsT, Placement
     return options, placement(options, has_gpu_backend(llama_cpp))
 
 
+def start_load(
+    engine_name: str, options_type: type[OptionsT], model_path: str | Path, options: Mapping[str, Any]
+) -> tuple[OptionsT, Path, Any, Placement]:
+    """The start of both llama.cpp engines' `load`: the options validated, the GGUF file found and
+    llama_cpp imported (a clear error for each), then `resolve_load`. The options, the file, the
+    llama_cpp module and where the model runs."""
+    parsed = options_type.parse(options)
+    path = gguf_file(model_path)
+    llama_cpp = import_llama_cpp(engine_name)
+    parsed, where = resolve_load(llama_cpp, parsed)
+    return parsed, path, llama_cpp, where
+
+
 def has_gpu_backend(llama_cpp: Any) -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
@@ -190,12 +203,9 @@ class LlamaCppEngine(VocabMethods, Engine):
 
     @classmethod
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppEngine:
-        parsed = LlamaCppOptions.parse(options)
-        path = gguf_file(model_path)
-        llama_cpp = import_llama_cpp(cls.name)
+        parsed, path, _, where = start_load(cls.name, LlamaCppOptions, model_path, options)
         from llama_cpp import Llama
 
-        parsed, where = resolve_load(llama_cpp, parsed)
         try:
             with model_params_override(use_extra_bufts=parsed.extra_buffers):
                 llama = Llama(

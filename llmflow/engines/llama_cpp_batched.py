@@ -29,9 +29,7 @@ from llmflow.engines.llama_cpp import (
     LlamaVocab,
     Placement,
     VocabMethods,
-    gguf_file,
-    import_llama_cpp,
-    resolve_load,
+    start_load,
     usable_cores,
 )
 from llmflow.engines.llama_cpp_embed import lazy_embedder
@@ -177,10 +175,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
 
     @classmethod
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppBatchedEngine:
-        parsed = LlamaCppBatchedOptions.parse(options)
-        path = gguf_file(model_path)
-        llama_cpp = import_llama_cpp(cls.name)
-        parsed, where = resolve_load(llama_cpp, parsed)
+        parsed, path, llama_cpp, where = start_load(cls.name, LlamaCppBatchedOptions, model_path, options)
         model = _load_model(llama_cpp, path, parsed, where)
         try:
             vocab = LlamaVocab(model, model.metadata())

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from llmflow.observability.timings import RequestTimings
 from llmflow.observability.trace import RequestTrace, close_iterator
@@ -31,17 +32,16 @@ logger = logging.getLogger(__name__)
 DRAIN_LIMIT = 64
 
 
+@dataclass(slots=True, eq=False)
 class ObservedGeneration:
     """Timings, usage, outcome and trace of one generation. `text()` and `final()` as chunks are
     handed over, `decide()` for an outcome known before the end, `end()` once."""
 
-    __slots__ = ("timings", "trace", "_final_seen", "_ended")
-
-    def __init__(self, timings: RequestTimings | None = None, trace: RequestTrace | None = None):
-        self.timings = timings if timings is not None else RequestTimings()
-        self.trace = trace
-        self._final_seen = False
-        self._ended = False
+    timings: RequestTimings = field(default_factory=RequestTimings)
+    trace: RequestTrace | None = None
+    _final_seen: bool = field(default=False, init=False)
+    #: set by the first `end()`
+    ended: bool = field(default=False, init=False)
 
     def text(self, text: str) -> None:
         """A text chunk was handed over. The per-token path: one clock read, one or two appends."""
@@ -61,16 +61,12 @@ class ObservedGeneration:
         """How the generation ended, when known before its end (timeout, error): the first wins."""
         self.timings.outcome = self.timings.outcome or outcome
 
-    @property
-    def ended(self) -> bool:
-        return self._ended
-
     def end(self, reason: str = FinishReason.CANCELLED.value, error: BaseException | None = None) -> None:
         """Close the record: the end time and outcome unless already known (`reason`, or "error"
         with `error`), and the trace's span. Only the first call counts."""
-        if self._ended:
+        if self.ended:
             return
-        self._ended = True
+        self.ended = True
         self.timings.finish("error" if error is not None else reason)
         if self.trace is not None:
             self.trace.end(self.timings, error)
@@ -86,9 +82,6 @@ class ObservedStream(Iterator[Chunk]):
         self._cancel = cancel
         self.observed = observed
         self._started = False
-
-    def __iter__(self) -> ObservedStream:
-        return self
 
     def __next__(self) -> Chunk:
         """The per-token path: the inner `next`, one clock read, one or two list appends."""

@@ -16,7 +16,6 @@ MLflow's own switch still applies: after `mlflow.tracing.disable()` nothing is r
 from __future__ import annotations
 
 import os
-from typing import Any
 
 EXPERIMENT_ID_ENV = "MLFLOW_EXPERIMENT_ID"
 EXPERIMENT_NAME_ENV = "MLFLOW_EXPERIMENT_NAME"
@@ -27,18 +26,11 @@ def tracing_wanted(*choices: bool | None) -> bool:
     for choice in choices:
         if choice is not None:
             return choice
-    return experiment_chosen() or active_span() is not None
-
-
-def experiment_chosen() -> bool:
-    return bool(os.environ.get(EXPERIMENT_ID_ENV) or os.environ.get(EXPERIMENT_NAME_ENV))
-
-
-def active_span() -> Any | None:
-    """MLflow's active span in this thread, if any."""
+    if os.environ.get(EXPERIMENT_ID_ENV) or os.environ.get(EXPERIMENT_NAME_ENV):  # an experiment chosen
+        return True
     import mlflow
 
-    return mlflow.get_current_active_span()
+    return mlflow.get_current_active_span() is not None  # a span active in this thread
 
 
 def trace_experiment_id() -> str | None:

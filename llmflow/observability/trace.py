@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from llmflow.observability.policy import trace_experiment_id
@@ -39,46 +40,28 @@ _TIMING_KEYS = ("queue_ms", "ttft_ms", "e2e_ms", "decode_tokens_per_s")
 _UNSET = object()
 
 
+@dataclass(slots=True, eq=False)
 class RequestTrace:
     """The span of one generation. `begin()` starts it, `record()` feeds it chunks, `end()` ends
     it; `end()` after the first is a no-op, and nothing here raises."""
 
-    __slots__ = (
-        "name",
-        "inputs",
-        "attributes",
-        "span_type",
-        "parts",
-        "failed",
-        "_result",
-        "_span",
-        "_ended",
-    )
+    name: str
+    inputs: Any
+    _: KW_ONLY
+    #: the span's attributes at its start (those that are None are left out)
+    attributes: dict[str, Any] = field(default_factory=dict)
+    span_type: str = SPAN_TYPE_LLM
+    #: the answer's text chunks, appended as they pass
+    parts: list[str] = field(default_factory=list, init=False)
+    #: set when the generation failed without an exception to show (e.g. an error answer)
+    failed: bool = field(default=False, init=False)
+    #: the live MLflow span (None before `begin()` or when MLflow could not start one)
+    span: Any = field(default=None, init=False)
+    _result: Any = field(default=_UNSET, init=False)
+    _ended: bool = field(default=False, init=False)
 
-    def __init__(
-        self,
-        name: str,
-        inputs: Any,
-        *,
-        attributes: dict[str, Any] | None = None,
-        span_type: str = SPAN_TYPE_LLM,
-    ):
-        self.name = name
-        self.inputs = inputs
-        self.attributes = {k: v for k, v in (attributes or {}).items() if v is not None}
-        self.span_type = span_type
-        #: the answer's text chunks, appended as they pass
-        self.parts: list[str] = []
-        #: set when the generation failed without an exception to show (e.g. an error answer)
-        self.failed = False
-        self._result: Any = _UNSET
-        self._span: Any = None
-        self._ended = False
-
-    @property
-    def span(self) -> Any:
-        """The live MLflow span (None before `begin()` or when MLflow could not start one)."""
-        return self._span
+    def __post_init__(self) -> None:
+        self.attributes = {k: v for k, v in self.attributes.items() if v is not None}
 
     def begin(self, started: float | None = None, parent: Any = None) -> RequestTrace:
         """Start the span, back-dated to `started` (a `time.perf_counter()` reading) when given,
@@ -88,7 +71,7 @@ class RequestTrace:
 
             if parent is None:
                 parent = mlflow.get_current_active_span()
-            self._span = mlflow.start_span_no_context(
+            self.span = mlflow.start_span_no_context(
                 self.name,
                 span_type=self.span_type,
                 parent_span=parent,
@@ -111,7 +94,7 @@ class RequestTrace:
         if self._ended:
             return
         self._ended = True
-        span = self._span
+        span = self.span
         if span is None:
             return
         try:

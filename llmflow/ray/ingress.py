@@ -20,7 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from llmflow.errors import LlmflowError, ReplicaLost, RequestTooLarge
 from llmflow.ray.bridge import portable_scope
-from llmflow.server.error_answers import error_response_for, sse_error_event_for
+from llmflow.server.error_answers import error_response, sse_error_event_for
 from llmflow.server.middleware import read_body
 
 logger = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class _Relay:
 
 async def _send_error(path: str, error: LlmflowError, send: Send) -> None:
     """A whole error answer, in the shape the clients of `path` read."""
-    response = error_response_for(path, error)
+    response = error_response(error, path)
     await send(
         {"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers}
     )

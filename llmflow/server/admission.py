@@ -20,12 +20,9 @@ class Admission:
         self.max_running = max_running
         self.max_queue = max_queue
         self.retry_after_s = retry_after_s
-        self._running = 0
+        #: generations that hold a place now
+        self.running = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
-
-    @property
-    def running(self) -> int:
-        return self._running
 
     @property
     def waiting(self) -> int:
@@ -33,8 +30,8 @@ class Admission:
 
     def try_acquire(self) -> bool:
         """Take a free place now, if there is one and nobody waits for it."""
-        if self._running < self.max_running and not self._waiters:
-            self._running += 1
+        if self.running < self.max_running and not self._waiters:
+            self.running += 1
             return True
         return False
 
@@ -62,7 +59,7 @@ class Admission:
             if not waiter.done():
                 waiter.set_result(None)  # the place passes on; `running` does not change
                 return
-        self._running -= 1
+        self.running -= 1
 
     def _give_up(self, waiter: asyncio.Future[None]) -> None:
         if waiter.done() and not waiter.cancelled():

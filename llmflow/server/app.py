@@ -54,7 +54,7 @@ def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:
         reaper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reaper
-        await state.shutdown()
+        await models.shutdown()
 
     names = ", ".join(repr(name) for name in models.names)
     app = FastAPI(
@@ -85,23 +85,18 @@ def _as_models(served: Any, settings: ServerSettings) -> list[ServedModel | Mode
 
 
 def _as_model(item: Any, settings: ServerSettings) -> ServedModel | ModelConfig:
-    if not isinstance(item, ModelConfig):
-        return _as_served(item, settings)
-    if settings.model_name is not None and item.name is None:
-        return item.model_copy(update={"name": settings.model_name})
-    return item
-
-
-def _as_served(served: Any, settings: ServerSettings) -> ServedModel:
-    if isinstance(served, ServedModel):
-        return dataclasses.replace(served, name=settings.model_name) if settings.model_name else served
+    name = settings.model_name
+    if isinstance(item, ModelConfig):
+        return item.model_copy(update={"name": name}) if name is not None and item.name is None else item
+    if isinstance(item, ServedModel):
+        return dataclasses.replace(item, name=name) if name else item
     from llmflow.llm import LLM
 
-    if isinstance(served, LLM):
-        return ServedModel.from_llm(served, settings.model_name)
-    if hasattr(served, "predict") and hasattr(served, "metadata"):  # a loaded pyfunc model
-        return ServedModel.from_pyfunc(served, settings.model_name or "model")
-    raise TypeError(f"cannot serve a {type(served).__name__}: give a ServedModel, an LLM or a pyfunc model")
+    if isinstance(item, LLM):
+        return ServedModel.from_llm(item, name)
+    if hasattr(item, "predict") and hasattr(item, "metadata"):  # a loaded pyfunc model
+        return ServedModel.from_pyfunc(item, name or "model")
+    raise TypeError(f"cannot serve a {type(item).__name__}: give a ServedModel, an LLM or a pyfunc model")
 
 
 def _add_middleware(app: FastAPI, state: ServerState) -> None:

@@ -17,7 +17,6 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from http import HTTPStatus
 from typing import Any
 
@@ -91,11 +90,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._limits.on_refused(reason)
         self.transport.write(_raw_response(error, self.server_state.default_headers))
         self.transport.close()
-
-
-def guarded_protocol(limits: ConnectionLimits) -> Callable[..., GuardedHttpProtocol]:
-    """What uvicorn's `Config(http=...)` takes: a protocol class, here with `limits` bound."""
-    return partial(GuardedHttpProtocol, limits=limits)
 
 
 def _raw_response(error: LlmflowError, default_headers: list[tuple[bytes, bytes]]) -> bytes:

@@ -8,23 +8,21 @@ import asyncio
 import base64
 import sys
 from array import array
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from llmflow.embeddings import embed
 from llmflow.server.model_registry import model_for
 from llmflow.server.openai import llm_for
-from llmflow.server.schemas import error_responses
+from llmflow.server.schemas import ClosedModel, error_responses
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
 
-class EmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class EmbeddingRequest(ClosedModel):
     model: str = Field(description="the served model's name, as listed by GET /v1/models")
     input: str | list[str] | list[int] | list[list[int]] = Field(
         description="a text, a list of texts, a list of token ids, or a list of token-id lists"
@@ -60,17 +58,13 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> JSONResponse:
     state = await model_for(request, body.model)
     llm = llm_for(state)
     result = await asyncio.to_thread(embed, llm, body.input, dimensions=body.dimensions)
-    encode = _base64 if body.encoding_format == "base64" else _floats
+    as_base64 = body.encoding_format == "base64"
     data = [
-        {"object": "embedding", "index": i, "embedding": encode(vector)}
+        {"object": "embedding", "index": i, "embedding": _base64(vector) if as_base64 else vector}
         for i, vector in enumerate(result.vectors)
     ]
     usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
     return JSONResponse({"object": "list", "data": data, "model": state.served.name, "usage": usage})
-
-
-def _floats(vector: list[float]) -> Any:
-    return vector
 
 
 def _base64(vector: list[float]) -> str:

@@ -36,6 +36,7 @@ from llmflow.errors import (
     Unauthorized,
     UnsupportedEndpoint,
 )
+from llmflow.server.event_stream import event
 
 logger = logging.getLogger(__name__)
 
@@ -97,11 +98,6 @@ def error_headers(error: LlmflowError) -> dict[str, str]:
     return {}
 
 
-def error_response(error: LlmflowError) -> JSONResponse:
-    status, _ = status_of(error)
-    return JSONResponse(llmflow_error_body(error), status_code=status, headers=error_headers(error))
-
-
 #: Databricks Model Serving's paths: their clients read errors in Databricks' shape
 SERVING_ENDPOINTS = "/serving-endpoints/"
 #: HTTP status -> Databricks error code (what Databricks' SDK maps back to the status)
@@ -115,24 +111,21 @@ _DATABRICKS_CODES = {
 }
 
 
-def databricks_error_response(error: LlmflowError) -> JSONResponse:
-    """An error as Databricks' REST APIs answer it: `{"error_code", "message"}`."""
+def error_response(error: LlmflowError, path: str = "") -> JSONResponse:
+    """The error's answer in the shape the clients of `path` read: as Databricks' REST APIs
+    answer (`{"error_code", "message"}`) on its serving-endpoint paths, else in OpenAI's shape."""
     status, _ = status_of(error)
-    body = {"error_code": _DATABRICKS_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "BAD_REQUEST")}
-    body["message"] = str(error)
-    return JSONResponse(body, status_code=status, headers=error_headers(error))
-
-
-def error_response_for(path: str, error: LlmflowError) -> JSONResponse:
-    """The error's answer in the shape the clients of `path` read."""
     if path.startswith(SERVING_ENDPOINTS):
-        return databricks_error_response(error)
-    return error_response(error)
+        code = _DATABRICKS_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "BAD_REQUEST")
+        body: dict[str, Any] = {"error_code": code, "message": str(error)}
+    else:
+        body = llmflow_error_body(error)
+    return JSONResponse(body, status_code=status, headers=error_headers(error))
 
 
 def sse_error_event(error: BaseException) -> bytes:
     """An error after streaming began: one SSE event in OpenAI's error shape (then [DONE])."""
-    return b"data: " + json.dumps(internal_error_body(error), ensure_ascii=False).encode() + b"\n\n"
+    return event(json.dumps(internal_error_body(error), ensure_ascii=False))
 
 
 #: the routes that stream the Responses API's events, whose clients read its `error` event
@@ -144,14 +137,8 @@ def sse_error_event_for(path: str, error: LlmflowError) -> bytes:
     API's `error` event on its routes, OpenAI's error object elsewhere."""
     if path not in RESPONSES_PATHS:
         return sse_error_event(error)
-    detail = llmflow_error_body(error)["error"]
-    payload = {
-        "type": "error",
-        "code": detail["code"],
-        "message": detail["message"],
-        "param": detail["param"],
-    }
-    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
+    payload = {"type": "error", "code": error.code, "message": str(error), "param": error.param}
+    return event(json.dumps(payload, ensure_ascii=False))
 
 
 def validation_problems(exc: RequestValidationError) -> list[FieldProblem]:
@@ -166,12 +153,12 @@ def validation_problems(exc: RequestValidationError) -> list[FieldProblem]:
 
 async def _on_llmflow_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, LlmflowError)
-    return error_response_for(request.url.path, exc)
+    return error_response(exc, request.url.path)
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return error_response_for(request.url.path, InvalidRequest(validation_problems(exc)))
+    return error_response(InvalidRequest(validation_problems(exc)), request.url.path)
 
 
 async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:

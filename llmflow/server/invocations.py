@@ -105,7 +105,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 async def invocations(request: Request) -> Response:
     """Score the default (first) model (`predict`), or stream it (`predict_stream`) with
     `"stream": true`."""
-    return await invoke(request, await model_for(request, None), ping=True)
+    return await invoke(request, await model_for(request, None), ping_s=PING_INTERVAL_S)
 
 
 #: on Databricks' path every error is in Databricks' shape (`{"error_code", "message"}`)
@@ -133,11 +133,12 @@ async def serving_endpoint_invocations(name: str, request: Request) -> Response:
     except UnknownModel as exc:
         served = ", ".join(repr(name) for name in exc.served)
         raise ModelNotFound(f"no serving endpoint {name!r}; this server serves {served}") from None
-    return await invoke(request, state, ping=False)
+    return await invoke(request, state, ping_s=None)
 
 
-async def invoke(request: Request, state: ModelState, *, ping: bool) -> Response:
-    """/invocations of the model `state`; `ping`: SSE comments keep an idle stream alive."""
+async def invoke(request: Request, state: ModelState, *, ping_s: float | None) -> Response:
+    """/invocations of the model `state`; `ping_s`: the interval of the SSE comments that keep an
+    idle stream alive (None: no comments)."""
     timings = RequestTimings()
     served = state.served
     if served.metadata is None:
@@ -147,7 +148,9 @@ async def invoke(request: Request, state: ModelState, *, ping: bool) -> Response
     payload = await _json_payload(body, content_type)
     stream = False if payload is None else pop_stream_flag(payload)
     if payload is not None and served.agent is not None:
-        return await answer_agent(state, request, payload, stream, timings, ping=ping, on_error=_error_answer)
+        return await answer_agent(
+            state, request, payload, stream, timings, ping_s=ping_s, on_error=_error_answer
+        )
     if payload is not None:
         payload = mlflow_scoring.flatten_llm_params(payload)
     if stream and not served.streams_invocations:
@@ -156,11 +159,11 @@ async def invoke(request: Request, state: ModelState, *, ping: bool) -> Response
     data = body if payload is None else payload
     if served.llmflow_model is not None:
         if stream:
-            return await _stream_llmflow(state, served.llmflow_model, data, timings, receive, ping)
+            return await _stream_llmflow(state, served.llmflow_model, data, timings, receive, ping_s)
         return await _predict_llmflow(state, served.llmflow_model, data, content_type, timings, receive)
     assert served.pyfunc is not None
     if stream:
-        return await _stream(state, served.pyfunc, data, timings, receive, ping)
+        return await _stream(state, served.pyfunc, data, timings, receive, ping_s)
     return await _predict(state, served.pyfunc, data, content_type, timings, receive)
 
 
@@ -196,7 +199,7 @@ async def _predict(
             trace.set_result(_parsed(answer.body), failed=answer.status >= 400)
         return iter((answer,))
 
-    generation = await start_generation(state, score, observed, receive=receive)
+    generation = await start_generation(state, score, observed, receive)
     try:
         with stop_on_disconnect(generation, receive):
             answer = await generation.stream.__anext__()
@@ -242,7 +245,7 @@ async def _predict_llmflow(
         observed = observe(state, timings, INVOCATIONS_SPAN, inputs, options.trace, python_model.tracing)
         cancel = CancelToken()
         source = partial(call.stream, llm, cancel, timed, observed.trace)
-        generation = await start_generation(state, source, observed, cancel=cancel, receive=receive)
+        generation = await start_generation(state, source, observed, receive, cancel=cancel)
         try:
             completions = await collect(generation, receive, len(call.generated))
         except Exception as exc:
@@ -257,11 +260,11 @@ async def _stream(
     payload: dict[str, Any],
     timings: RequestTimings,
     receive: Receive,
-    ping: bool,
+    ping_s: float | None,
 ) -> Response:
     observed = observe(state, timings, INVOCATIONS_SPAN, lambda: {**payload, "stream": True})
     generation = await start_generation(
-        state, lambda: mlflow_scoring.predict_stream(model, payload), observed, receive=receive
+        state, lambda: mlflow_scoring.predict_stream(model, payload), observed, receive
     )
     try:
         first = await generation.stream.__anext__()  # the model checks its input here
@@ -272,7 +275,7 @@ async def _stream(
         generation.close()
         return _error_answer(exc)
     events = stream_events(generation, ChunkDictFormat(), first)
-    return EventStream(events, on_close=generation.close, ping_interval_s=_ping_interval(ping))
+    return EventStream(events, on_close=generation.close, ping_interval_s=ping_s)
 
 
 async def _stream_llmflow(
@@ -281,7 +284,7 @@ async def _stream_llmflow(
     payload: dict[str, Any],
     timings: RequestTimings,
     receive: Receive,
-    ping: bool,
+    ping_s: float | None,
 ) -> Response:
     """Bad input is a 400 in MLflow's shape before the stream starts, as from the pyfunc model."""
     metadata = state.served.metadata
@@ -304,16 +307,12 @@ async def _stream_llmflow(
         state,
         lambda: call_dicts(with_calls(llm.stream_prepared(prepared, cancel), plan)),
         observed,
+        receive,
         fmt.final_of,
         cancel,
-        receive=receive,
     )
     events = stream_events(generation, fmt)
-    return EventStream(events, on_close=generation.close, ping_interval_s=_ping_interval(ping))
-
-
-def _ping_interval(ping: bool) -> float | None:
-    return PING_INTERVAL_S if ping else None
+    return EventStream(events, on_close=generation.close, ping_interval_s=ping_s)
 
 
 def _parsed(body: str) -> Any:

@@ -74,6 +74,9 @@ class ServerMetrics:
         def histogram(name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, documentation, [MODEL], buckets=buckets, registry=r)
 
+        def counter(name: str, documentation: str, labels: tuple[str, ...] = (MODEL,)) -> Counter:
+            return Counter(name, documentation, labels, registry=r)
+
         self.ttft = histogram(
             "llmflow_time_to_first_token_seconds",
             "Time from arrival to the first text chunk",
@@ -92,30 +95,23 @@ class ServerMetrics:
             "Time from arrival to the end of generation",
             _REQUEST_BUCKETS,
         )
-        self.prompt_tokens = Counter("llmflow_prompt_tokens", "Prompt tokens processed", [MODEL], registry=r)
-        self.generation_tokens = Counter("llmflow_generation_tokens", "Tokens generated", [MODEL], registry=r)
-        self.requests = Counter(
+        self.prompt_tokens = counter("llmflow_prompt_tokens", "Prompt tokens processed")
+        self.generation_tokens = counter("llmflow_generation_tokens", "Tokens generated")
+        self.requests = counter(
             "llmflow_requests",
             "HTTP requests answered, by endpoint, status and the model they named (empty: none)",
-            ["endpoint", "status", MODEL],
-            registry=r,
+            ("endpoint", "status", MODEL),
         )
-        self.finished = Counter(
-            "llmflow_requests_finished",
-            "Generations ended, by how they ended",
-            [MODEL, "outcome"],
-            registry=r,
+        self.finished = counter(
+            "llmflow_requests_finished", "Generations ended, by how they ended", (MODEL, "outcome")
         )
-        self.loads = Counter(
-            "llmflow_model_loads", "Models loaded (at start, or at a first request)", [MODEL], registry=r
-        )
-        self.unloads = Counter("llmflow_model_unloads", "Idle models unloaded", [MODEL], registry=r)
-        self.connections_refused = Counter(
+        self.loads = counter("llmflow_model_loads", "Models loaded (at start, or at a first request)")
+        self.unloads = counter("llmflow_model_unloads", "Idle models unloaded")
+        self.connections_refused = counter(
             "llmflow_connections_refused",
             "Connections closed before a request was read: over the connection limit, or no request "
             "head within the read timeout",
-            ["reason"],
-            registry=r,
+            ("reason",),
         )
         self._open_connections: Callable[[], int] = lambda: 0
         Gauge("llmflow_open_connections", "HTTP connections open now", registry=r).set_function(
@@ -151,9 +147,6 @@ class ServerMetrics:
             self.generation_tokens.labels(model).inc(timings.completion_tokens)
         self.finished.labels(model, timings.outcome or "unknown").inc()
 
-    def for_model(self, model: str) -> ModelMetrics:
-        return ModelMetrics(self, model)
-
     def count_response(self, endpoint: str, status: int, model: str = "") -> None:
         self.requests.labels(endpoint, str(status), model).inc()
 
@@ -164,15 +157,19 @@ class ServerMetrics:
         return generate_latest(self.registry)
 
 
-class ModelMetrics:
-    """A server's metrics as one model records into them."""
-
-    def __init__(self, metrics: ServerMetrics, model: str):
-        self._metrics = metrics
-        self.model = model
-
-    def observe(self, timings: RequestTimings) -> None:
-        self._metrics.observe(timings, self.model)
+#: the gauges of every served model, read at each scrape: key -> (name, documentation)
+_GAUGES = {
+    "loaded": ("llmflow_model_loaded", "1 while the model is loaded"),
+    "running": ("llmflow_num_requests_running", "Requests admitted and not over yet"),
+    "waiting": ("llmflow_num_requests_waiting", "Requests waiting for a place"),
+    "memory": (
+        "llmflow_model_memory_bytes",
+        "Estimated memory the model holds (weights and KV cache); 0 while not loaded",
+    ),
+    "sequences": ("llmflow_engine_sequences", "Engine sequences (KV-cache slots) in all"),
+    "free": ("llmflow_engine_free_sequences", "Engine sequences (KV-cache slots) free now"),
+    "generated": ("llmflow_engine_generated_tokens", "Tokens the engine has generated since it loaded"),
+}
 
 
 class _ModelGauges(Collector):
@@ -182,35 +179,11 @@ class _ModelGauges(Collector):
         self._models = models
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        loads = list(self._models())
         families = {
-            "loaded": GaugeMetricFamily(
-                "llmflow_model_loaded", "1 while the model is loaded", labels=[MODEL]
-            ),
-            "running": GaugeMetricFamily(
-                "llmflow_num_requests_running", "Requests admitted and not over yet", labels=[MODEL]
-            ),
-            "waiting": GaugeMetricFamily(
-                "llmflow_num_requests_waiting", "Requests waiting for a place", labels=[MODEL]
-            ),
-            "memory": GaugeMetricFamily(
-                "llmflow_model_memory_bytes",
-                "Estimated memory the model holds (weights and KV cache); 0 while not loaded",
-                labels=[MODEL],
-            ),
-            "sequences": GaugeMetricFamily(
-                "llmflow_engine_sequences", "Engine sequences (KV-cache slots) in all", labels=[MODEL]
-            ),
-            "free": GaugeMetricFamily(
-                "llmflow_engine_free_sequences", "Engine sequences (KV-cache slots) free now", labels=[MODEL]
-            ),
-            "generated": GaugeMetricFamily(
-                "llmflow_engine_generated_tokens",
-                "Tokens the engine has generated since it loaded",
-                labels=[MODEL],
-            ),
+            key: GaugeMetricFamily(name, documentation, labels=[MODEL])
+            for key, (name, documentation) in _GAUGES.items()
         }
-        for load in loads:
+        for load in self._models():
             name = [load.model]
             families["loaded"].add_metric(name, 1.0 if load.loaded else 0.0)
             families["memory"].add_metric(name, load.memory_bytes)

@@ -7,11 +7,12 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmflow.errors import LlmflowError, RequestReadTimeout, RequestTooLarge, Unauthorized
-from llmflow.server.error_answers import error_response_for
+from llmflow.server.error_answers import error_response
 from llmflow.server.model_registry import MODEL_KEY
 
 logger = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 async def _answer(error: LlmflowError, scope: Scope, receive: Receive, send: Send) -> None:
-    await error_response_for(scope["path"], error)(scope, receive, send)
+    await error_response(error, scope["path"])(scope, receive, send)
 
 
 class ApiKeyMiddleware:
@@ -167,18 +168,16 @@ class ResponseCounterMiddleware:
             exchange.record(500)  # no complete answer: a server failure, unless the client left
 
 
+@dataclass(slots=True)
 class _Exchange:
     """One request's answer, as far as the client got it; counted once."""
 
-    __slots__ = ("client_left", "counted", "endpoint", "scope", "status", "_count")
-
-    def __init__(self, scope: Scope, endpoint: str, count: Callable[[str, int, str], None]):
-        self.scope = scope
-        self.endpoint = endpoint
-        self.status: int | None = None
-        self.client_left = False
-        self.counted = False
-        self._count = count
+    scope: Scope
+    endpoint: str
+    count: Callable[[str, int, str], None]
+    status: int | None = None
+    client_left: bool = False
+    counted: bool = False
 
     def record(self, status: int) -> None:
         """Count the answer (the first call wins) as `status`, or as 499 when the client left first."""
@@ -190,4 +189,4 @@ class _Exchange:
             logger.info(
                 "%s %s: the client closed the connection first", self.scope["method"], self.scope["path"]
             )
-        self._count(self.endpoint, status, self.scope.get(MODEL_KEY, ""))
+        self.count(self.endpoint, status, self.scope.get(MODEL_KEY, ""))

@@ -25,6 +25,21 @@ from llmflow.server.pipeline import ChunkFormat
 from llmflow.types import Chunk
 
 
+def stream_error_event(error: Exception) -> bytes:
+    """After streaming began: an error event in OpenAI's shape, as every error event of the server."""
+    return event(json.dumps(_stream_error_body(error), ensure_ascii=False))
+
+
+def _stream_error_body(exc: Exception) -> dict[str, Any]:
+    if isinstance(exc, LlmflowError):
+        return llmflow_error_body(exc)
+    if isinstance(exc, MlflowException):
+        return error_body(exc.message, "invalid_request_error", str(exc.error_code))
+    return error_body(
+        f"the model failed while streaming: {type(exc).__name__}: {exc}", "server_error", "model_error"
+    )
+
+
 class ChunkDictFormat(ChunkFormat):
     """`WireFormat` of a third-party model's chunks: every chunk is sent and counted as it is."""
 
@@ -47,9 +62,7 @@ class ChunkDictFormat(ChunkFormat):
     def final(self, chunk: Any, final: Chunk, timings: RequestTimings) -> bytes:
         return self.item(chunk)
 
-    @staticmethod
-    def error(error: Exception) -> bytes:
-        return stream_error_event(error)
+    error = staticmethod(stream_error_event)
 
 
 class LlmflowChunkFormat(ChunkFormat):
@@ -80,21 +93,4 @@ class LlmflowChunkFormat(ChunkFormat):
             body["timings"] = timings.to_dict()
         return event(mlflow_scoring.chunk_json(body))
 
-    @staticmethod
-    def error(error: Exception) -> bytes:
-        return stream_error_event(error)
-
-
-def stream_error_event(error: Exception) -> bytes:
-    """After streaming began: an error event in OpenAI's shape, as every error event of the server."""
-    return event(json.dumps(_stream_error_body(error), ensure_ascii=False))
-
-
-def _stream_error_body(exc: Exception) -> dict[str, Any]:
-    if isinstance(exc, LlmflowError):
-        return llmflow_error_body(exc)
-    if isinstance(exc, MlflowException):
-        return error_body(exc.message, "invalid_request_error", str(exc.error_code))
-    return error_body(
-        f"the model failed while streaming: {type(exc).__name__}: {exc}", "server_error", "model_error"
-    )
+    error = staticmethod(stream_error_event)

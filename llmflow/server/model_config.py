@@ -59,13 +59,10 @@ class ModelConfig(BaseModel):
         if self.name is not None:
             return self.name
         from llmflow.mlflow.model_ref import parse_model_ref
-
-        ref = parse_model_ref(self.model)
-        if ref.logged:
-            return ref.name
         from llmflow.model_files import model_name_of, resolve_model_path
 
-        return model_name_of(resolve_model_path(ref.location))
+        ref = parse_model_ref(self.model)
+        return ref.name if ref.logged else model_name_of(resolve_model_path(ref.location))
 
     def local_path(self) -> Path | None:
         """The weights file or model directory it loads from (the embedded model's when `model`

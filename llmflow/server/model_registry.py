@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -29,7 +29,7 @@ from llmflow.server.metrics import ModelLoad, ServerMetrics
 from llmflow.server.model_config import ModelConfig, check_unique
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
-from llmflow.server.state import ModelState, get_state
+from llmflow.server.state import SHUTDOWN_GRACE_S, ModelState, get_state
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +56,9 @@ class ModelSlot:
         self.memory_bytes = 0
 
     @property
-    def idle(self) -> bool:
-        return self.leases == 0 and (self.state is None or not self.state.busy)
-
-    @property
     def unloadable(self) -> bool:
-        return self.config is not None and self.state is not None and self.idle
+        """Loaded from a config, and idle: no request holds it, none of its generations runs or waits."""
+        return self.config is not None and self.state is not None and self.leases == 0 and not self.state.busy
 
     @property
     def engine_name(self) -> str | None:
@@ -210,22 +207,13 @@ class ModelRegistry:
         within `max_loaded` and `max_memory`; a model too large for the budget on its own is
         `ModelTooLarge`. When every other model is in use, `keep` is loaded anyway (with a
         warning): the limits come back as models fall idle."""
-        others = [s for s in self._slots.values() if s is not keep and s.counted]
-        limit = self.settings.max_loaded
-        if limit is not None:
-            others = self._unload_idle_until(others, lambda rest: len(rest) < limit)
-            if warn and len(others) >= limit:
-                logger.warning(
-                    "loading %r beyond --max-loaded %d: every other model is in use", keep.name, limit
-                )
-        budget = self.settings.max_memory
-        if budget is None:
-            return
-        if keep.memory_bytes > budget:
+        limit, budget = self.settings.max_loaded, self.settings.max_memory
+        if budget is not None and keep.memory_bytes > budget:
             raise too_large(keep.name, keep.memory_bytes, budget)
-        room = budget - keep.memory_bytes
-        others = self._unload_idle_until(others, lambda rest: total_bytes(rest) <= room)
-        if warn and total_bytes(others) > room:
+        others = self._fit([s for s in self._slots.values() if s is not keep and s.counted], keep)
+        if warn and limit is not None and len(others) >= limit:
+            logger.warning("loading %r beyond --max-loaded %d: every other model is in use", keep.name, limit)
+        if warn and budget is not None and total_bytes(others) + keep.memory_bytes > budget:
             logger.warning(
                 "loading %r beyond --max-memory %s: the other models in use take %s",
                 keep.name,
@@ -233,14 +221,17 @@ class ModelRegistry:
                 format_size(total_bytes(others)),
             )
 
-    def _unload_idle_until(
-        self, loaded: list[ModelSlot], fits: Callable[[list[ModelSlot]], bool]
-    ) -> list[ModelSlot]:
-        """Unload idle ones of `loaded`, the least recently used first, until what is left
-        `fits` (or no idle one is); what is left."""
-        left = list(loaded)
-        for victim in sorted((s for s in loaded if s.unloadable), key=lambda s: s.last_used):
-            if fits(left):
+    def _fit(self, slots: list[ModelSlot], keep: ModelSlot | None = None) -> list[ModelSlot]:
+        """Unload idle ones of `slots`, the least recently used first, until they fit within
+        `max_loaded` and `max_memory` (beside `keep`, when given) or no idle one is left; what is
+        left."""
+        limit, budget = self.settings.max_loaded, self.settings.max_memory
+        count, size = (0, 0) if keep is None else (1, keep.memory_bytes)
+        left = list(slots)
+        for victim in sorted((s for s in slots if s.unloadable), key=lambda s: s.last_used):
+            too_many = limit is not None and len(left) + count > limit
+            over_budget = budget is not None and total_bytes(left) + size > budget
+            if not (too_many or over_budget):
                 break
             self.unload(victim)
             left.remove(victim)
@@ -264,13 +255,7 @@ class ModelRegistry:
             for slot in list(self._slots.values()):
                 if slot.unloadable and now - slot.last_used >= settings.idle_unload_s:
                     self.unload(slot)
-        loaded = [s for s in self._slots.values() if s.state is not None]
-        if settings.max_loaded is not None:
-            limit = settings.max_loaded
-            loaded = self._unload_idle_until(loaded, lambda rest: len(rest) <= limit)
-        if settings.max_memory is not None:
-            budget = settings.max_memory
-            self._unload_idle_until(loaded, lambda rest: total_bytes(rest) <= budget)
+        self._fit([s for s in self._slots.values() if s.state is not None])
 
     async def run_reaper(self) -> None:
         """Look at idle models every so often, for as long as the server runs."""
@@ -285,7 +270,7 @@ class ModelRegistry:
             except Exception:
                 logger.exception("unloading idle models failed")
 
-    async def shutdown(self, grace_s: float) -> None:
+    async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await asyncio.gather(*(state.shutdown(grace_s) for state in self.loaded()))
 
 

@@ -75,12 +75,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     messages = parse_messages([_message_dict(message) for message in body.messages])
     plan = _tool_plan(llm, body, messages)
     constraint = _one_constraint(_output_constraint(body), plan.constraint)
-    variables = None
-    if body.reasoning_effort is not None:
-        variables = {
-            "reasoning_effort": body.reasoning_effort,
-            "enable_thinking": body.reasoning_effort != "none",
-        }
+    effort = body.reasoning_effort
+    variables = None if effort is None else {"reasoning_effort": effort, "enable_thinking": effort != "none"}
     prepared = await prepare(
         llm,
         plan.messages,
@@ -288,9 +284,7 @@ async def _answer(
     else:
         fmt = ChoicesFormat(**options, n=n)
         source = lambda: stream_choices(llm, prepared, n, cancel, split=split)  # noqa: E731
-    generation = await start_generation(
-        state, source, observed, fmt.final_of, cancel, receive=request.receive
-    )
+    generation = await start_generation(state, source, observed, request.receive, fmt.final_of, cancel)
     if body.stream:
         return EventStream(stream_events(generation, fmt), on_close=generation.close)
     completions = await collect(generation, request.receive, n)

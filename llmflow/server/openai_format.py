@@ -23,12 +23,12 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+#: the placeholder text `StreamFormat` splits its per-token events around
+_TEXT = "\x00text\x00"
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
-
-
-def finish_reason_value(reason: FinishReason | None) -> str | None:
-    return None if reason is None else reason.value
 
 
 class StreamFormat(ChunkFormat):
@@ -53,21 +53,17 @@ class StreamFormat(ChunkFormat):
         self.with_logprobs = with_logprobs
         self.n = n
         self._text_logprobs = [TextLogprobs() for _ in range(n)]
+        #: the choices that called functions: they finish with `tool_calls`
+        self._called: set[int] = set()
         self._head = {
             "id": new_id("chatcmpl" if chat else "cmpl"),
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time()),
             "model": model,
         }
-        usage_tail = ',"usage":null' if include_usage else ""
-        if chat:
-            prefix = _dumps(self._head)[:-1] + ',"choices":[{"index":0,"delta":{"content":'
-            suffix = '},"logprobs":null,"finish_reason":null}]' + usage_tail + "}"
-        else:
-            prefix = _dumps(self._head)[:-1] + ',"choices":[{"index":0,"text":'
-            suffix = ',"logprobs":null,"finish_reason":null}]' + usage_tail + "}"
-        self._prefix = b"data: " + prefix.encode()
-        self._suffix = suffix.encode() + b"\n\n"
+        # a text chunk's event is the event of a placeholder text, split around it
+        placeholder = self._event(self._choice({"content": _TEXT} if chat else _TEXT, None))
+        self._prefix, _, self._suffix = placeholder.rpartition(_dumps(_TEXT).encode())
         # a reasoning model's thinking, under both names clients read (llama.cpp's and vLLM's)
         self._thinking_prefix = self._prefix.replace(b'"delta":{"content":', b'"delta":{"reasoning_content":')
 
@@ -88,13 +84,15 @@ class StreamFormat(ChunkFormat):
         """The finish chunk, and the usage chunk with `include_usage`; the last carries `timings`
         when asked for."""
         extra = {"timings": timings.to_dict()} if self.with_timings else None
-        reason, index = self._reason(item, final), self._index(item)
+        index = self._index(item)
+        assert final.finish_reason is not None
+        reason = self._reason(index, final.finish_reason)
         if not self.include_usage or final.usage is None:
             return self.finish(reason, extra, index)
         return self.finish(reason, index=index) + self.usage(final.usage, extra)
 
-    def _reason(self, item: Any, final: Chunk) -> str | None:
-        return finish_reason_value(final.finish_reason)
+    def _reason(self, index: int, reason: FinishReason) -> str:
+        return tool_calls_reason(reason) if index in self._called else reason.value
 
     @staticmethod
     def _index(item: Any) -> int:
@@ -188,13 +186,10 @@ class StreamFormat(ChunkFormat):
     def role(self, index: int = 0) -> bytes:
         return self._event(self._choice({"role": "assistant", "content": ""}, None, index=index))
 
-    def finish(
-        self, reason: FinishReason | str | None, extra: dict[str, Any] | None = None, index: int = 0
-    ) -> bytes:
-        """The chunk with the finish reason (or its wire string: `tool_calls`); `extra` keys
+    def finish(self, reason: str, extra: dict[str, Any] | None = None, index: int = 0) -> bytes:
+        """The chunk with the finish reason (its wire string: `tool_calls` included); `extra` keys
         (llmflow's `timings`) added at the top."""
-        value = reason.value if isinstance(reason, FinishReason) else reason
-        body = self._choice({} if self.chat else "", value, index=index)
+        body = self._choice({} if self.chat else "", reason, index=index)
         return self._event({**body, **extra} if extra else body)
 
     def usage(self, usage: Usage, extra: dict[str, Any] | None = None) -> bytes:
@@ -228,10 +223,6 @@ class ChoicesFormat(StreamFormat):
     brings the usage chunk (with `include_usage`). A choice's items may be function call pieces
     (`ToolCallChunk`, with tools): that choice then finishes with `tool_calls`."""
 
-    def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
-        self._called: set[int] = set()
-
     def opening(self) -> bytes:
         return b"".join(self.role(i) for i in range(self.n)) if self.chat else b""
 
@@ -251,19 +242,12 @@ class ChoicesFormat(StreamFormat):
             self._called.add(item.index)
             return self._call(chunk, item.index)
         if chunk.finish_reason is not None:
-            return self.finish(self._choice_reason(item.index, chunk.finish_reason), index=item.index)
+            return self.finish(self._reason(item.index, chunk.finish_reason), index=item.index)
         return self._scored(chunk, item.index)
-
-    def _reason(self, item: ChoiceChunk, final: Chunk) -> str:  # type: ignore[override]
-        assert final.finish_reason is not None
-        return self._choice_reason(item.index, final.finish_reason)
 
     @staticmethod
     def _index(item: ChoiceChunk) -> int:
         return item.index
-
-    def _choice_reason(self, index: int, reason: FinishReason) -> str:
-        return tool_calls_reason(reason) if index in self._called else reason.value
 
 
 class ToolStreamFormat(StreamFormat):
@@ -271,10 +255,6 @@ class ToolStreamFormat(StreamFormat):
     calls go out as OpenAI streams them, `delta.tool_calls[i]` with `id`, `type` and
     `function.name` first, then `function.arguments` in pieces; the finish reason is
     `tool_calls` when the answer called functions."""
-
-    def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
-        self._called = False
 
     @staticmethod
     def final_of(item: Chunk | ToolCallChunk) -> Chunk | None:  # type: ignore[override]
@@ -287,12 +267,8 @@ class ToolStreamFormat(StreamFormat):
     def item(self, item: Chunk | ToolCallChunk) -> bytes:  # type: ignore[override]
         if isinstance(item, Chunk):
             return super().item(item)
-        self._called = True
+        self._called.add(0)
         return self._call(item)
-
-    def _reason(self, item: Chunk, final: Chunk) -> str:  # type: ignore[override]
-        assert final.finish_reason is not None
-        return tool_calls_reason(final.finish_reason) if self._called else final.finish_reason.value
 
 
 def model_list(names: list[str], created: int) -> dict[str, Any]:

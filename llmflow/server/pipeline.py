@@ -110,7 +110,10 @@ async def stream_events(
             yield fmt.final(item, final, observed.timings)
             break
     except Exception as exc:
-        log_stream_error(exc)
+        if isinstance(exc, LlmflowError):  # a refusal or a limit, told to the client
+            logger.info("stream ended with an error: %s", exc)
+        else:
+            logger.error("stream failed", exc_info=exc)
         observed.decide("error")
         yield fmt.error(exc)
     finally:
@@ -169,10 +172,3 @@ class _Answer:
         return Completion(
             "".join(self.parts), self.finish, usage, "".join(self.thinking), tuple(self.logprobs)
         )
-
-
-def log_stream_error(exc: Exception) -> None:
-    if isinstance(exc, LlmflowError):
-        logger.info("stream ended with an error: %s", exc)
-    else:
-        logger.error("stream failed", exc_info=exc)

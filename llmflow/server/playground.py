@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from fastapi.responses import FileResponse
 
 from llmflow.server.state import ServerState
@@ -46,20 +46,6 @@ def page_files() -> dict[str, Path]:
     return files
 
 
-def build_router(files: dict[str, Path]) -> APIRouter:
-    """One GET route per file (a fixed set, so the API-key exemption names exact paths)."""
-    router = APIRouter(tags=["Playground"])
-    for url_path, file in files.items():
-        router.add_api_route(
-            url_path,
-            _file_endpoint(file),
-            methods=["GET"],
-            include_in_schema=False,
-            name=f"playground:{file.name}",
-        )
-    return router
-
-
 def _file_endpoint(file: Path) -> Callable[[], Awaitable[FileResponse]]:
     media_type = _MEDIA_TYPES[file.suffix]
 
@@ -70,8 +56,11 @@ def _file_endpoint(file: Path) -> Callable[[], Awaitable[FileResponse]]:
 
 
 def mount(app: FastAPI, state: ServerState) -> None:
-    """Serve the page on `app`: its paths need no API key and are counted by name in the metrics."""
+    """Serve the page on `app`, one GET route per file (a fixed set, so that the API-key exemption
+    names exact paths): its paths need no API key and are counted by name in the metrics."""
     files = page_files()
-    app.include_router(build_router(files))
+    for url_path, file in files.items():
+        name = f"playground:{file.name}"
+        app.add_api_route(url_path, _file_endpoint(file), methods=["GET"], include_in_schema=False, name=name)
     state.public_paths.update(files)
     state.known_paths.update(files)

@@ -112,7 +112,7 @@ async def answer_agent(
     stream: bool,
     timings: RequestTimings,
     *,
-    ping: bool = True,
+    ping_s: float | None = PING_INTERVAL_S,
     on_error: Callable[[Exception], Response] | None = None,
 ) -> Response:
     """A ResponsesAgent request through the served agent's own checks; its refusals answered by
@@ -128,7 +128,7 @@ async def answer_agent(
             return on_error(exc)
         raise _llmflow_error(exc) from None
     return await answer(
-        state, request, agent.llm, prepared, timings, stream=stream, inputs=payload, ping=ping
+        state, request, agent.llm, prepared, timings, stream=stream, inputs=payload, ping_s=ping_s
     )
 
 
@@ -141,10 +141,10 @@ async def answer(
     *,
     stream: bool,
     inputs: dict[str, Any],
-    ping: bool = True,
+    ping_s: float | None = PING_INTERVAL_S,
 ) -> Response:
     """Generate and write the answer in the Responses format, streamed (text and call pieces
-    as they come) or whole."""
+    as they come, with SSE comments every `ping_s` while idle) or whole."""
     cancel = CancelToken()
     observed = observe(state, timings, RESPONSES_SPAN, lambda: inputs, span_type=SPAN_TYPE_CHAT)
     fmt = ResponsesFormat(prepared.events)
@@ -152,12 +152,9 @@ async def answer(
         source = lambda: prepared.pieces(llm.stream_prepared(prepared.request, cancel))  # noqa: E731
     else:
         source = lambda: llm.stream_prepared(prepared.request, cancel)  # noqa: E731
-    generation = await start_generation(state, source, observed, fmt.final_of, cancel, request.receive)
+    generation = await start_generation(state, source, observed, request.receive, fmt.final_of, cancel)
     if stream:
-        interval = PING_INTERVAL_S if ping else None
-        return EventStream(
-            stream_events(generation, fmt), on_close=generation.close, ping_interval_s=interval
-        )
+        return EventStream(stream_events(generation, fmt), on_close=generation.close, ping_interval_s=ping_s)
     [completion] = await collect(generation, request.receive)
     return JSONResponse(prepared.answer(completion))
 

@@ -30,7 +30,8 @@ def no_final(item: Any) -> Chunk | None:
 
 
 class RunningGeneration(Generic[T]):
-    """Owns its admission place until the worker finishes; `close()` is the response's side."""
+    """Owns its admission place until the worker finishes, and times the generation out
+    `remaining_s` from now; `close()` is the response's side."""
 
     def __init__(
         self,
@@ -38,6 +39,7 @@ class RunningGeneration(Generic[T]):
         stream: ThreadedStream[T],
         observed: ObservedGeneration,
         final_of: FinalOf,
+        remaining_s: float,
     ):
         self.state = state
         self.stream = stream
@@ -45,23 +47,16 @@ class RunningGeneration(Generic[T]):
         self._final_of = final_of
         self._open = 2  # the worker and the response
         self._closed = False
-        self._deadline: asyncio.TimerHandle | None = None
+        self._deadline = asyncio.get_running_loop().call_later(max(remaining_s, 0.0), self._time_out)
         state.active.add(self)
         stream.done.add_done_callback(self._worker_done)
 
-    def set_deadline(self, remaining_s: float) -> None:
-        timeout_s = self.state.settings.request_timeout_s
-        self._deadline = asyncio.get_running_loop().call_later(
-            max(remaining_s, 0.0), self._time_out, timeout_s
-        )
-
-    def _time_out(self, timeout_s: float) -> None:
+    def _time_out(self) -> None:
         self.observed.decide("timeout")
-        self.stream.fail(RequestTimeout(timeout_s))
+        self.stream.fail(RequestTimeout(self.state.settings.request_timeout_s))
 
     def _worker_done(self, _: Any) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
+        self._deadline.cancel()
         self.state.admission.release()
         self._settle()
 
@@ -83,7 +78,7 @@ class RunningGeneration(Generic[T]):
             if final is not None:
                 observed.final(final)
             observed.end("stop" if stream.exhausted else "cancelled", stream.failure)
-            self.state.metrics.observe(observed.timings)
+            self.state.metrics.observe(observed.timings, self.state.name)
             self.state.active.discard(self)  # last: once the gauge drops, the metrics are in
 
 
@@ -91,16 +86,16 @@ async def start_generation(
     state: ModelState,
     make_iterator: Callable[[], Iterator[T]],
     observed: ObservedGeneration,
+    receive: Receive,
     final_of: FinalOf = no_final,
     cancel: CancelToken | None = None,
-    receive: Receive | None = None,
 ) -> RunningGeneration[T]:
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
     then start `make_iterator()` in a worker thread; `cancel` is what stops it early, when the
     source takes one. `observed` is ended when the generation is over; its trace, when it has
     one, is begun and active in the worker (`traced`); `final_of` finds the final chunk among the
-    items. With `receive`, a client that disconnects while waiting leaves the
-    queue (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
+    items. A client that disconnects while waiting (`receive`) leaves the queue
+    (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
     generation."""
     timings = observed.timings
     timeout_s = state.settings.request_timeout_s
@@ -114,17 +109,12 @@ async def start_generation(
     except BaseException:
         state.admission.release()
         raise
-    generation = RunningGeneration(state, stream, observed, final_of)
-    generation.set_deadline(timeout_s - timings.elapsed_s())
-    return generation
+    return RunningGeneration(state, stream, observed, final_of, timeout_s - timings.elapsed_s())
 
 
-async def _wait_for_place(state: ModelState, timeout_s: float, receive: Receive | None) -> None:
+async def _wait_for_place(state: ModelState, timeout_s: float, receive: Receive) -> None:
     """Wait in the admission queue, and give the place up if the client disconnects meanwhile."""
     waiting = asyncio.ensure_future(state.admission.acquire(timeout_s))
-    if receive is None:
-        await waiting
-        return
     watcher = asyncio.ensure_future(wait_for_disconnect(receive))
     try:
         await asyncio.wait({waiting, watcher}, return_when=asyncio.FIRST_COMPLETED)

@@ -10,15 +10,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from llmflow.params import MAX_TOP_LOGPROBS
 
 
-class StreamOptions(BaseModel):
+class ClosedModel(BaseModel):
+    """A request body, or a part of one: unknown fields are refused (as OpenAI does)."""
+
     model_config = ConfigDict(extra="forbid")
 
+
+class StreamOptions(ClosedModel):
     include_usage: bool = Field(False, description="send a last chunk with `choices: []` and `usage`")
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TextPart(ClosedModel):
     type: Literal["text"]
     text: str
 
@@ -49,8 +51,8 @@ class ChatMessage(BaseModel):
     tool_call_id: str | None = Field(None, description="a tool message: the id of the call it answers")
 
 
-class JsonSchemaFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class JsonSchemaFormat(ClosedModel):
+    model_config = ConfigDict(populate_by_name=True)
 
     name: str = "response"
     description: str | None = None
@@ -58,40 +60,30 @@ class JsonSchemaFormat(BaseModel):
     strict: bool | None = Field(None, description="accepted; the answer always follows the schema")
 
 
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ResponseFormat(ClosedModel):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = Field(None, description="with type json_schema")
 
 
-class FunctionDefinition(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class FunctionDefinition(ClosedModel):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = Field(None, description="a JSON Schema of the arguments")
     strict: bool | None = Field(None, description="accepted; forced calls always follow the parameters")
 
 
-class ToolDefinition(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ToolDefinition(ClosedModel):
     type: Literal["function"]
     function: FunctionDefinition
 
 
-class NamedToolChoice(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class NamedToolChoice(ClosedModel):
     type: Literal["function"]
     function: dict[str, str] = Field(description='{"name": ...}')
 
 
-class _GenerationRequest(BaseModel):
+class _GenerationRequest(ClosedModel):
     """Fields shared by chat and text completions. Unknown fields are rejected (as OpenAI does)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(description="the served model's name, as listed by GET /v1/models")
     stream: bool = False
@@ -170,12 +162,10 @@ class CompletionRequest(_GenerationRequest):
     echo: bool | None = Field(None, description="not supported; false or absent")
 
 
-class ResponsesRequest(BaseModel):
+class ResponsesRequest(ClosedModel):
     """`POST /v1/responses`: OpenAI's Responses API, stateless. Every field OpenAI defines is
     known: those llmflow cannot honour are refused by name (`llmflow.responses.request`), the
     rest are accepted and ignored; unknown fields are refused."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(description="the served model's name, as listed by GET /v1/models")
     input: str | list[dict[str, Any]] = Field(description="a string, or a list of message items")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 
 from llmflow.server.admission import Admission
-from llmflow.server.metrics import ModelMetrics, ServerMetrics
+from llmflow.server.metrics import ServerMetrics
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
 
@@ -39,7 +39,7 @@ class ModelState:
     served: ServedModel
     settings: ServerSettings
     admission: Admission
-    metrics: ModelMetrics
+    metrics: ServerMetrics
     active: set[RunningGeneration] = field(default_factory=set)
     _executor: ThreadPoolExecutor | None = None
 
@@ -57,7 +57,7 @@ class ModelState:
         running = max_running or settings.max_running or served.max_concurrency
         queue = settings.max_queue if max_queue is None else max_queue
         admission = Admission(running, queue, settings.retry_after_s)
-        return cls(served, settings, admission, metrics.for_model(served.name))
+        return cls(served, settings, admission, metrics)
 
     @property
     def name(self) -> str:
@@ -117,9 +117,6 @@ class ServerState:
     def end_generations(self) -> None:
         for model in self.models.loaded():
             model.end_generations()
-
-    async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
-        await self.models.shutdown(grace_s)
 
 
 def get_state(request: Request) -> ServerState:

@@ -9,19 +9,17 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from llmflow.errors import valid_unicode
 from llmflow.server.model_registry import model_for
 from llmflow.server.openai import llm_for
-from llmflow.server.schemas import error_responses
+from llmflow.server.schemas import ClosedModel, error_responses
 
 router = APIRouter(tags=["Tokens"])
 
 
-class TokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TokenizeRequest(ClosedModel):
     content: str = Field(description="the text to tokenize")
     add_special: bool = Field(False, description="add BOS (when the model wants one), as a prompt gets")
     parse_special: bool = Field(True, description="read special-token text (<|im_end|>) as that token")
@@ -31,9 +29,7 @@ class TokenizeRequest(BaseModel):
     model: str | None = Field(None, description="a served model's name (optional: the default model)")
 
 
-class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class DetokenizeRequest(ClosedModel):
     tokens: list[int] = Field(description="token ids")
     model: str | None = Field(None, description="a served model's name (optional: the default model)")
 

@@ -7,11 +7,13 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import uvicorn
 
-from llmflow.server.connections import ConnectionLimits, guarded_protocol
+from llmflow.server.connections import ConnectionLimits, GuardedHttpProtocol
 
 #: after the grace period, how long ended streams get to write their last events
 FINAL_EVENTS_S = 5.0
@@ -35,44 +37,38 @@ class GracefulServer(uvicorn.Server):
             timer.cancel()
 
 
-def connection_options(app: Any) -> dict[str, Any]:
-    """uvicorn settings for an llmflow app's connection limits: its keep-alive timeout, and the
-    protocol that caps open connections and times request heads (see `connections`)."""
-    state = _llmflow_state(app)
+def _server(app: Any, make: Callable[[uvicorn.Config], uvicorn.Server], **config: Any) -> uvicorn.Server:
+    """`make(uvicorn.Config(app, **config))`; an llmflow app's with its connection limits (its
+    keep-alive timeout, and the protocol that caps open connections and times request heads: see
+    `connections`) and its open-connection gauge."""
+    state = getattr(getattr(app, "state", None), "llmflow", None)
     if state is None:  # not an llmflow app: uvicorn's defaults
-        return {}
+        return make(uvicorn.Config(app, **config))
     settings = state.settings
     limits = ConnectionLimits(
         settings.max_connections, settings.read_timeout_s, state.metrics.count_refused_connection
     )
-    return {"http": guarded_protocol(limits), "timeout_keep_alive": settings.keep_alive_timeout_s}
-
-
-def _watch_connections(app: Any, server: uvicorn.Server) -> None:
-    state = _llmflow_state(app)
-    if state is not None:
-        state.metrics.watch_connections(lambda: len(server.server_state.connections))
-
-
-def _llmflow_state(app: Any) -> Any:
-    return getattr(getattr(app, "state", None), "llmflow", None)
+    # uvicorn's `http` takes a protocol class: here one with `limits` bound
+    config.update(
+        http=partial(GuardedHttpProtocol, limits=limits), timeout_keep_alive=settings.keep_alive_timeout_s
+    )
+    server = make(uvicorn.Config(app, **config))
+    state.metrics.watch_connections(lambda: len(server.server_state.connections))
+    return server
 
 
 def run(app: Any, host: str, port: int, *, log_level: str = "info") -> None:
     """Serve until SIGTERM or Ctrl-C, then shut down gracefully (see `GracefulServer`)."""
     state = app.state.llmflow
     grace_s = state.settings.shutdown_grace_s
-    config = uvicorn.Config(
+    _server(
         app,
+        lambda config: GracefulServer(config, grace_s, state.end_generations),
         host=host,
         port=port,
         log_level=log_level,
         timeout_graceful_shutdown=grace_s + FINAL_EVENTS_S,
-        **connection_options(app),
-    )
-    server = GracefulServer(config, grace_s, state.end_generations)
-    _watch_connections(app, server)
-    server.run()
+    ).run()
 
 
 class BackgroundServer:
@@ -88,11 +84,9 @@ class BackgroundServer:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.port: int = self._socket.getsockname()[1]
-        config = uvicorn.Config(
-            app, log_level=log_level, timeout_graceful_shutdown=1, lifespan="on", **connection_options(app)
+        self._server = _server(
+            app, uvicorn.Server, log_level=log_level, timeout_graceful_shutdown=1, lifespan="on"
         )
-        self._server = uvicorn.Server(config)
-        _watch_connections(app, self._server)
         self._thread = threading.Thread(
             target=self._server.run,
             kwargs={"sockets": [self._socket]},

@@ -12,8 +12,10 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from llmflow.observability.trace import close_iterator
 from llmflow.types import CancelToken
 
 T = TypeVar("T")
@@ -23,11 +25,9 @@ logger = logging.getLogger(__name__)
 _END = object()
 
 
+@dataclass(slots=True)
 class _Failure:
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException):
-        self.error = error
+    error: BaseException
 
 
 class ThreadedStream(Generic[T], AsyncIterator[T]):
@@ -75,7 +75,10 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
             self.failure = exc
             put(_Failure(exc))
         finally:
-            _close(iterator)
+            try:
+                close_iterator(iterator)  # frees the engine
+            except Exception:
+                logger.exception("closing a generation failed")
             put(_END)
 
     def _put(self, item: Any) -> None:
@@ -85,9 +88,6 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
             self._stopped.set()
 
     # -- event loop -----------------------------------------------------------------------------
-    def __aiter__(self) -> ThreadedStream[T]:
-        return self
-
     async def __anext__(self) -> T:
         item = await self._queue.get()
         if item is _END:
@@ -112,13 +112,3 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
     @property
     def stopped(self) -> bool:
         return self._stopped.is_set()
-
-
-def _close(iterator: Any) -> None:
-    close = getattr(iterator, "close", None)
-    if close is None:
-        return
-    try:
-        close()
-    except Exception:
-        logger.exception("closing a generation failed")
