@@ -454,6 +454,7 @@ RENDERERS: dict[str, Callable[[Result], str]] = {
     "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "server_cpu": server_cpu,
     "batching": batching, "step_shapes": step_shapes,
     "peers": peers, "peers_prefix": peers, "peers_chunk": peers, "peers_onepass": peers,
+    "peers_fa": peers,
     "spark": spark, "surface": surface, "soak": soak, "load": soak,
     "constraint_libraries": constraint_libraries, "constraints": constraints, "ray": ray,
 }  # fmt: skip

@@ -107,6 +107,18 @@ SUITE: tuple[Benchmark, ...] = (
         "against llama-server, at 8 and 16 streams",
     ),
     Benchmark(
+        "peers_fa", "benchmarks.peers.compare_servers",
+        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2",
+         "--concurrency", "16", "--rates", "", "--prefix-concurrency", "0",
+         "--skip", "example-server", "--skip", "llama_cpp.server",
+         "--llmflow-variant", "fa:flash_attn=true"),
+        ("--rounds", "1", "--concurrency", "4", "--rates", "", "--max-tokens", "16",
+         "--prefix-concurrency", "0", "--skip", "example-server", "--skip", "llama_cpp.server",
+         "--llmflow-variant", "fa:flash_attn=true", "--quick"),
+        "llmflow with flash attention on the CPU (llama-server's default, auto, turns it on) "
+        "against llama-server, at 16 streams",
+    ),
+    Benchmark(
         "spark", "benchmarks.bench_spark",
         ("--prompts", "64", "--max-tokens", "64", "--rounds", "5", "--skip-oversubscribed"),
         ("--prompts", "8", "--max-tokens", "16", "--rounds", "1", "--skip-oversubscribed"),
