@@ -30,6 +30,21 @@ class Benchmark:
         return [python, "-m", self.module, *(self.quick if quick else self.args), "--out", str(out)]
 
 
+def llmflow_variants(name: str, concurrency: str, variants: tuple[str, ...], about: str) -> Benchmark:
+    """The peer comparison's closed loops, llmflow beside llmflow with other engine options
+    (`--llmflow-variant`) and llama-server, nothing else."""
+    common = ("--rates", "", "--prefix-concurrency", "0")
+    common += ("--skip", "example-server", "--skip", "llama_cpp.server")
+    chosen = tuple(a for v in variants for a in ("--llmflow-variant", v))
+    return Benchmark(
+        name, "benchmarks.peers.compare_servers",
+        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2",
+         "--concurrency", concurrency, *common, *chosen),
+        ("--rounds", "1", "--concurrency", "4", "--max-tokens", "16", *common, *chosen[-2:], "--quick"),
+        about,
+    )  # fmt: skip
+
+
 SUITE: tuple[Benchmark, ...] = (
     Benchmark(
         "engine", "benchmarks.bench_engine",
@@ -83,38 +98,17 @@ SUITE: tuple[Benchmark, ...] = (
          "--prefix-concurrency", "2", "--quick"),
         "the peers' shared-prefix chat and 4 streams again, after the change that keeps cached prompts",
     ),
-    Benchmark(
-        "peers_chunk", "benchmarks.peers.compare_servers",
-        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2",
-         "--concurrency", "8,16", "--rates", "", "--prefix-concurrency", "0",
-         "--skip", "example-server", "--skip", "llama_cpp.server",
-         "--llmflow-variant", "chunk64:prefill_chunk=64", "--llmflow-variant", "chunk128:prefill_chunk=128"),
-        ("--rounds", "1", "--concurrency", "4", "--rates", "", "--max-tokens", "16",
-         "--prefix-concurrency", "0", "--skip", "example-server", "--skip", "llama_cpp.server",
-         "--llmflow-variant", "chunk128:prefill_chunk=128", "--quick"),
+    llmflow_variants(
+        "peers_chunk", "8,16", ("chunk64:prefill_chunk=64", "chunk128:prefill_chunk=128"),
         "llmflow with larger prompt chunks against llama-server, at 8 and 16 streams",
     ),
-    Benchmark(
-        "peers_onepass", "benchmarks.peers.compare_servers",
-        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2",
-         "--concurrency", "8,16", "--rates", "", "--prefix-concurrency", "0",
-         "--skip", "example-server", "--skip", "llama_cpp.server",
-         "--llmflow-variant", "onepass:one_pass=true"),
-        ("--rounds", "1", "--concurrency", "4", "--rates", "", "--max-tokens", "16",
-         "--prefix-concurrency", "0", "--skip", "example-server", "--skip", "llama_cpp.server",
-         "--llmflow-variant", "onepass:one_pass=true", "--quick"),
+    llmflow_variants(
+        "peers_onepass", "8,16", ("onepass:one_pass=true",),
         "llmflow with each step in one llama_decode (prompts of several sequences together) "
         "against llama-server, at 8 and 16 streams",
     ),
-    Benchmark(
-        "peers_fa", "benchmarks.peers.compare_servers",
-        ("--rounds", "5", "--prompt-tokens", "64", "--max-tokens", "64", "--waves", "2",
-         "--concurrency", "16", "--rates", "", "--prefix-concurrency", "0",
-         "--skip", "example-server", "--skip", "llama_cpp.server",
-         "--llmflow-variant", "fa:flash_attn=true"),
-        ("--rounds", "1", "--concurrency", "4", "--rates", "", "--max-tokens", "16",
-         "--prefix-concurrency", "0", "--skip", "example-server", "--skip", "llama_cpp.server",
-         "--llmflow-variant", "fa:flash_attn=true", "--quick"),
+    llmflow_variants(
+        "peers_fa", "16", ("fa:flash_attn=true",),
         "llmflow with flash attention on the CPU (llama-server's default, auto, turns it on) "
         "against llama-server, at 16 streams",
     ),

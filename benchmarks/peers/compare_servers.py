@@ -31,6 +31,7 @@ import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -316,22 +317,27 @@ def llmflow_variant(spec: str) -> tuple[str, dict[str, str]]:
     return f"llmflow {label}", {key: value for key, _, value in pairs}
 
 
-def servers_to_run(args: argparse.Namespace, recording: Recording) -> list[str]:
-    names = [n for n in SERVERS if n not in args.skip]
-    for name, options in args.llmflow_variant:
-        COMMANDS[name] = lambda setup, port, options=options: llmflow_command(setup, port, **options)
-        names.insert(names.index("llmflow") + 1 if "llmflow" in names else 0, name)
-    if "example-server" in names and args.example_server is None:
-        names.remove("example-server")
+def servers_to_run(
+    args: argparse.Namespace, recording: Recording
+) -> dict[str, Callable[[Setup, int], list[str]]]:
+    """Each server of this run and how to start it, llmflow's variants right after llmflow."""
+    servers = {n: COMMANDS[n] for n in SERVERS if n not in args.skip}
+    if "example-server" in servers and args.example_server is None:
+        del servers["example-server"]
         recording.notes.append("example-server not run: no --example-server path given")
-    return names
+    variants = {name: partial(llmflow_command, **options) for name, options in args.llmflow_variant}
+    names = list(servers)
+    at = names.index("llmflow") + 1 if "llmflow" in names else 0
+    names[at:at] = variants
+    return {name: servers.get(name) or variants[name] for name in names}
 
 
 def main() -> None:
     args = parse_args()
     recording = Recording.begin("peers", quick=args.quick)
     model = (args.model or default_model_path()).resolve()
-    names = servers_to_run(args, recording)
+    servers = servers_to_run(args, recording)
+    names = list(servers)
     llama_server = None
     if "llama-server" in names:
         llama_server = args.llama_server or ensure_llama_server(args.sdist, args.cache_dir)
@@ -344,7 +350,7 @@ def main() -> None:
         urls = {}
         for name in names:
             port = free_port()
-            urls[name] = stack.enter_context(started(name, COMMANDS[name](setup, port), port, logs))
+            urls[name] = stack.enter_context(started(name, servers[name](setup, port), port, logs))
         plan = workloads(args, model)
         samples: dict[str, dict[str, list[dict[str, Any]]]] = {w.key: {n: [] for n in names} for w in plan}
         for r in range(args.rounds):

@@ -268,6 +268,16 @@ def test_a_repeated_prompt_reuses_its_whole_chunks(sim):
     assert scheduler.stats().tokens_decoded_total - before == 5 + 3
 
 
+def assert_prefix_copied(scheduler: BatchScheduler, shared: list[int]) -> None:
+    """Once idle, a request that starts with `shared` (24 tokens, three whole chunks) copies
+    them instead of computing them: it computes its 2 own prompt tokens + 1 fed back."""
+    settle(scheduler)
+    before = scheduler.stats().tokens_decoded_total
+    out = list(submit(scheduler, [*shared, 8, 9], params(2), CancelToken()))
+    assert out == alone([*shared, 8, 9], 2)
+    assert scheduler.stats().tokens_decoded_total - before == 3
+
+
 def test_a_cached_prefix_in_another_free_sequence_is_copied():
     backend, scheduler = make(parallel=4, delay_s=0.002)
     try:
@@ -277,12 +287,8 @@ def test_a_cached_prefix_in_another_free_sequence_is_copied():
         next(busy)
         list(submit(scheduler, [*shared, 7], params(2), CancelToken()))
         busy.close()
-        settle(scheduler)
-        before = scheduler.stats().tokens_decoded_total
-        out = list(submit(scheduler, [*shared, 8, 9], params(2), CancelToken()))
-        assert out == alone([*shared, 8, 9], 2)
-        # it runs in sequence 0 with the 24 shared tokens copied over: 2 prompt tokens + 1 fed back
-        assert scheduler.stats().tokens_decoded_total - before == 3
+        # it runs in sequence 0 with the 24 shared tokens copied over
+        assert_prefix_copied(scheduler, shared)
         assert backend.kv[0][:24] == shared
     finally:
         scheduler.close()
@@ -301,12 +307,7 @@ def test_a_cached_prefix_outlives_the_move_that_closes_its_gap():
         next(busy)  # in sequence 1
         list(first)  # ends while busy runs: busy moves down into sequence 0
         busy.close()
-        settle(scheduler)
-        before = scheduler.stats().tokens_decoded_total
-        out = list(submit(scheduler, [*shared, 8, 9], params(2), CancelToken()))
-        assert out == alone([*shared, 8, 9], 2)
-        # the 24 shared tokens are copied, not computed: 2 prompt tokens + 1 fed back
-        assert scheduler.stats().tokens_decoded_total - before == 3
+        assert_prefix_copied(scheduler, shared)
     finally:
         scheduler.close()
 
