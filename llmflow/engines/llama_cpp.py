@@ -25,6 +25,7 @@ from llmflow.engines.memory import llama_cpp_bytes
 from llmflow.engines.openmp import release_thread_team
 from llmflow.errors import EngineUnavailable, ModelNotFound
 from llmflow.model_files import model_name_of
+from llmflow.params import SamplingParams
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
 from llmflow.types import TemplateText
 
@@ -246,7 +247,7 @@ class LlamaCppEngine(VocabMethods, Engine):
             min_p=params.min_p,
             temp=params.temperature,
             repeat_penalty=params.repetition_penalty,
-            logits_processor=_masking(constraint),
+            logits_processor=_masking(constraint, params),
         )
         top = params.logprobs
         try:
@@ -281,13 +282,23 @@ class LlamaCppEngine(VocabMethods, Engine):
         self._llama.close()
 
 
-def _masking(constraint: TokenMatcher | None) -> Any:
+def _masking(constraint: TokenMatcher | None, params: SamplingParams) -> Any:
     """llama-cpp-python's logits processor hook (the first step of its sampler chain, so the
-    penalties, the filters and the greedy pick all see the masked logits)."""
+    penalties, the filters and the greedy pick all see the masked logits).
+
+    When the rest of the chain is a plain greedy pick (temperature 0, no repetition penalty),
+    the token it takes is the top logit: the whole mask is computed only when the constraint
+    refuses that token, so most steps check one token instead of the vocabulary."""
     if constraint is None:
         return None
     from llama_cpp import LogitsProcessorList
 
+    if params.greedy and params.repetition_penalty == 1:
+
+        def mask_unless_top_allowed(_ids: Any, logits: Any) -> Any:
+            return logits if constraint.allows(int(logits.argmax())) else constraint.mask(logits)
+
+        return LogitsProcessorList([mask_unless_top_allowed])
     return LogitsProcessorList([lambda _ids, logits: constraint.mask(logits)])
 
 
