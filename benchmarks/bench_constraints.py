@@ -2,9 +2,12 @@
 unconstrained, on `llama_cpp` (one stream) and `llama_cpp_batched` (8 streams at once), beside
 llama.cpp's own GBNF grammar sampler on the same model; and schema compile time, cold and cached.
 
-The schema asks for an array of at least 50 short strings, so a constrained answer runs to
-`max_tokens` like an unconstrained one. Rounds alternate the sides (unconstrained, constrained,
-GBNF in a rotating order); decode tokens/s is counted from the first token to the last.
+The schema asks for an array of at least 50 short strings, so a constrained answer does not end
+before `max_tokens`; both engines load with `ignore_eos`, so an unconstrained one does not either,
+and every side decodes the same positions. The one-stream sides run greedy and, again, sampled at
+temperature 0.8: a greedy step checks the top token against the constraint and computes the whole
+mask only when it is refused, a sampled step always computes the mask. Rounds alternate the
+sides in a rotating order; decode tokens/s is counted from the first token to the last.
 
     python -m benchmarks.bench_constraints --rounds 5 --max-tokens 128
 """
@@ -127,14 +130,17 @@ def compile_times(llm: LLM, repeats: int) -> dict[str, Any]:
 def measure_single(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
     from llama_cpp import LlamaGrammar
 
-    llm = LLM.load(engine="llama_cpp")
+    llm = LLM.load(engine="llama_cpp", engine_options={"ignore_eos": True})
     grammar = LlamaGrammar.from_json_schema(json.dumps(SCHEMA), verbose=False)
     params = {"max_tokens": args.max_tokens, "temperature": 0.0}
+    sampled = {"max_tokens": args.max_tokens, "temperature": 0.8, "seed": 1}
     constraint = Constraint.json_schema(SCHEMA)
     sides = {
         "unconstrained": lambda: decode_rate(llm, params, None),
         "constrained": lambda: decode_rate(llm, params, constraint),
         "gbnf": lambda: gbnf_rate(llm, args.max_tokens, grammar),
+        "unconstrained_sampled": lambda: decode_rate(llm, sampled, None),
+        "constrained_sampled": lambda: decode_rate(llm, sampled, constraint),
     }
     rates, tokens = _alternate(sides, args.rounds)
     llm.close()
@@ -142,7 +148,9 @@ def measure_single(args: argparse.Namespace) -> tuple[dict[str, list[float]], di
 
 
 def measure_batched(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
-    llm = LLM.load(engine="llama_cpp_batched", engine_options={"n_ctx": 1024, "parallel": STREAMS})
+    llm = LLM.load(
+        engine="llama_cpp_batched", engine_options={"n_ctx": 1024, "parallel": STREAMS, "ignore_eos": True}
+    )
     params = {"max_tokens": args.max_tokens, "temperature": 0.8}
     constraint = Constraint.json_schema(SCHEMA)
     sides = {
@@ -186,6 +194,9 @@ def main() -> None:
             single["constrained"], single["unconstrained"]
         ),
         "llama_cpp_gbnf_over_unconstrained": paired_ratios(single["gbnf"], single["unconstrained"]),
+        "llama_cpp_sampled_constrained_over_unconstrained": paired_ratios(
+            single["constrained_sampled"], single["unconstrained_sampled"]
+        ),
         "llama_cpp_batched_8": {name: spread(values) for name, values in batched.items()},
         "llama_cpp_batched_8_constrained_over_unconstrained": paired_ratios(
             batched["constrained"], batched["unconstrained"]

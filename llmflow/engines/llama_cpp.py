@@ -75,6 +75,11 @@ class LlamaCppOptions(EngineOptions):
         description="how /v1/embeddings pools token states; default: the model's own (GGUF metadata), "
         "which a chat model does not have",
     )
+    ignore_eos: bool = Field(
+        False,
+        description="never end at an end-of-generation token: every answer runs to max_tokens "
+        "(benchmarks); a completed output constraint still allows only those tokens",
+    )
     prompt_cache: bool = Field(
         False,
         description="reuse the KV cache of a shared prompt prefix: a faster first token in long "
@@ -154,13 +159,14 @@ class VocabMethods:
 
     _vocab: LlamaVocab
     _embedder: LazyEmbedder
+    options: LlamaCppOptions
 
     def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
         return self._embedder.embed(inputs)
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        return self._vocab.eos_token_ids
+        return frozenset() if self.options.ignore_eos else self._vocab.eos_token_ids
 
     @property
     def metadata(self) -> dict[str, str]:

@@ -169,7 +169,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
             n_ctx=backend.n_ctx_seq,
             n_batch=shape.n_batch,
             prefill_chunk=shape.prefill_chunk,
-            eos_token_ids=vocab.eos_token_ids,
+            eos_token_ids=self.eos_token_ids,
             one_pass=shape.one_pass,
         )
 
