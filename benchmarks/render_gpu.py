@@ -34,20 +34,23 @@ def target(value: float | None, goal: float, above: bool = True) -> str:
 
 # -- llama.cpp engines against llama-server (benchmarks/gpu/bench_llama_cpp_gpu.py) ---------------
 def llama_cpp_gpu(d: Result) -> str:
+    peers = [name for name in next(iter(d["models"].values()))["servers"] if name != "llmflow"]
     rows = []
     for label, entry in d["models"].items():
         ceiling = entry["batched_bench"]["streams"]["decode_tok_s"]
-        ours, theirs = entry["servers"]["llmflow"], entry["servers"]["llama-server"]
+        ours = entry["servers"]["llmflow"]
         for level, row in ours.items():
-            other = theirs.get(level)
-            rate = row["output_tok_s"] / other["output_tok_s"] if other else None
             goal = 0.97 if level == "1" else 1.0
-            rows.append(
-                [label, level, _server_cell(row), _server_cell(other) if other else "-",
-                 target(rate, goal), num(ceiling.get(level)), _ceiling_ratio(row, ceiling.get(level), level)]
-            )  # fmt: skip
-    header = ["model", "concurrency", "llmflow serve", "llama-server", "llmflow / llama-server",
-              "llama-batched-bench decode", "llmflow / batched-bench"]  # fmt: skip
+            cells = [label, level, _server_cell(row)]
+            for peer in peers:
+                other = entry["servers"][peer].get(level)
+                rate = row["output_tok_s"] / other["output_tok_s"] if other else None
+                cells += [_server_cell(other) if other else "-", target(rate, goal)]
+            rows.append([*cells, num(ceiling.get(level)), _ceiling_ratio(row, ceiling.get(level), level)])
+    header = ["model", "concurrency", "llmflow serve"]
+    for peer in peers:
+        header += [f"`{peer}`", f"llmflow / `{peer}`"]
+    header += ["llama-batched-bench decode", "llmflow / batched-bench"]
     c = d["config"]
     intro = (
         f"Output tokens/s of the server's median round of {c['rounds']} [min-max over rounds] "

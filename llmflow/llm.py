@@ -154,16 +154,27 @@ class LLM:
 
     def compile(self, constraint: Constraint) -> CompiledConstraint:
         """The constraint compiled for this model (cached per constraint)."""
+        compiler = self._constraint_compiler()
+        if compiler is None:
+            raise InvalidRequest.single(
+                constraint.field, f"the {self.engine.name} engine cannot constrain its output"
+            )
+        return compiler.compile(constraint)
+
+    def control_token(self, text: str) -> int | None:
+        """The id of the control token spelled `text` in the model's vocabulary (a tool-call
+        marker such as `<|python_tag|>`); None when it has none or the engine cannot constrain."""
+        compiler = self._constraint_compiler()
+        return None if compiler is None else compiler.vocabulary.control_token(text)
+
+    def _constraint_compiler(self) -> ConstraintCompiler | None:
         with self._compiler_lock:
             if self._compiler is None:
                 vocabulary = self.engine.token_vocabulary()
                 if vocabulary is None:
-                    raise InvalidRequest.single(
-                        constraint.field, f"the {self.engine.name} engine cannot constrain its output"
-                    )
+                    return None
                 self._compiler = ConstraintCompiler(vocabulary)
-            compiler = self._compiler
-        return compiler.compile(constraint)
+            return self._compiler
 
     def stream(
         self,

@@ -4,14 +4,15 @@ GPU, the same GGUF files and the same llama.cpp build.
 
 For every GGUF (e.g. Q4_K_M and f16 of one model): `llama-batched-bench` first (the aggregate
 decode speed llama.cpp reaches with no server and no sampling, with and without a unified KV
-cache), then both servers side by side; at each concurrency level the two are benchmarked one
-after the other, the first one alternating, for several rounds. A row is a server's median round
-by output throughput, so every number in it comes from one real run; every round's summary is
-kept. Both servers get `parallel` sequences of `n_ctx` tokens each and greedy requests of
-`prompt_tokens` random words and `max_tokens` tokens; output tokens are counted the same way for
-both (re-tokenized). Last, the engine in this process at `parallel` streams, each step timed in
-three parts: the forward pass (GPU, waited for), the samplers (llama.cpp on the CPU) and the
-rest (the scheduler's Python).
+cache), then the servers side by side: llmflow serve, llama-server, and llama-server again with
+each `--llama-server-variant`'s flags (`backend-sampling=-bs`: its sampling on the GPU). At each
+concurrency level they are benchmarked one after the other, in an order that alternates, for
+several rounds. A row is a server's median round by output throughput, so every number in it
+comes from one real run; every round's summary is kept. Every server gets `parallel` sequences of
+`n_ctx` tokens each and greedy requests of `prompt_tokens` random words and `max_tokens` tokens;
+output tokens are counted the same way for all (re-tokenized). Last, the engine in this process
+at `parallel` streams, each step timed in three parts: the forward pass (GPU, waited for), the
+samplers (llama.cpp on the CPU) and the rest (the scheduler's Python).
 
 `--gap` splits the distance to `llama-batched-bench` at the highest concurrency, on the first
 model: llmflow serve (HTTP) and the engine in this process on workloads that remove one cause at a
@@ -143,25 +144,43 @@ def batched_bench(
 # -- the two servers -------------------------------------------------------------------------
 
 
-def server_commands(
-    args: argparse.Namespace, model: Path, ports: dict[str, int], extra_options: list[str] | None = None
-) -> dict[str, list[str]]:
-    parallel = max(args.concurrency)
-    options = [f"parallel={parallel}", f"n_ctx={args.n_ctx}", *args.engine_option, *(extra_options or [])]
-    return {
-        "llmflow": [
-            sys.executable, "-m", "llmflow", "serve", str(model), "--engine", "llama_cpp_batched",
-            "--host", "127.0.0.1", "--port", str(ports["llmflow"]), "--max-queue", "4096",
-            "--log-level", "warning",
-            *[part for option in options for part in ("--engine-option", option)],
-        ],
-        "llama-server": [
-            str(args.bin / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
-            "--port", str(ports["llama-server"]),
-            "-ngl", "99", "-fa", "on", "-c", str(parallel * args.n_ctx), "--parallel", str(parallel),
-            "-b", "2048", "-ub", "512", "--no-webui",
-        ],
-    }  # fmt: skip
+def server_commands(args: argparse.Namespace, model: Path, ports: dict[str, int]) -> dict[str, list[str]]:
+    """llmflow serve, llama-server, and llama-server again with each `--llama-server-variant`'s
+    flags (e.g. its backend sampling), by server name."""
+    commands = {"llmflow": llmflow_command(args, model, ports["llmflow"])}
+    for name, flags in llama_server_flags(args).items():
+        commands[name] = [
+            str(args.bin / "llama-server"), "-m", str(model),
+            "--host", "127.0.0.1", "--port", str(ports[name]),
+            "-ngl", "99", "-fa", "on", "-c", str(max(args.concurrency) * args.n_ctx),
+            "--parallel", str(max(args.concurrency)), "-b", "2048", "-ub", "512", "--no-webui", *flags,
+        ]  # fmt: skip
+    return commands
+
+
+def llmflow_command(
+    args: argparse.Namespace, model: Path, port: int, extra_options: list[str] | None = None
+) -> list[str]:
+    options = [
+        f"parallel={max(args.concurrency)}",
+        f"n_ctx={args.n_ctx}",
+        *args.engine_option,
+        *(extra_options or []),
+    ]
+    return [
+        sys.executable, "-m", "llmflow", "serve", str(model), "--engine", "llama_cpp_batched",
+        "--host", "127.0.0.1", "--port", str(port), "--max-queue", "4096", "--log-level", "warning",
+        *[part for option in options for part in ("--engine-option", option)],
+    ]  # fmt: skip
+
+
+def llama_server_flags(args: argparse.Namespace) -> dict[str, list[str]]:
+    """llama-server's runs by name: as it comes, then each variant (`LABEL=FLAGS`)."""
+    runs = {"llama-server": []}
+    for variant in args.llama_server_variant:
+        label, _, flags = variant.partition("=")
+        runs[f"llama-server {label}"] = flags.split()
+    return runs
 
 
 def bench_level(
@@ -172,7 +191,7 @@ def bench_level(
     max_tokens: int | None = None,
     usage: bool = False,
 ) -> dict[str, Any]:
-    """One level of `llmflow bench`. Output tokens re-tokenized (the table: both servers counted
+    """One level of `llmflow bench`. Output tokens re-tokenized (the table: every server counted
     the same way), or with `usage` as the server reports them (the gap: the tokens generated, as
     the engine in process and llama-batched-bench count them)."""
     document = run_bench(
@@ -194,34 +213,49 @@ def bench_level(
 
 def serve_and_bench(run: Run, label: str, model: Path) -> dict[str, Any]:
     args = run.args
-    ports = {"llmflow": free_port(), "llama-server": free_port()}
+    names = ["llmflow", *llama_server_flags(args)]
+    ports = {name: free_port() for name in names}
     commands = server_commands(args, model, ports)
-    names = list(commands)
-    rounds: dict[str, dict[int, list[dict[str, Any]]]] = {n: {c: [] for c in args.concurrency} for n in names}
+    jobs = [
+        (name, concurrency, {"concurrency": concurrency})
+        for i, concurrency in enumerate(args.concurrency)
+        for name in (names if i % 2 == 0 else names[::-1])
+    ]
+    documents = alternated(run, label, commands, ports, jobs)
+    return {
+        "commands": {name: _portable(command) for name, command in commands.items()},
+        "servers": {name: _server_rows(documents[name]) for name in names},
+    }
+
+
+def alternated(
+    run: Run,
+    label: str,
+    commands: dict[str, list[str]],
+    ports: dict[str, int],
+    jobs: list[tuple[str, Any, dict[str, Any]]],
+) -> dict[str, dict[Any, list[dict[str, Any]]]]:
+    """Start every server, then run the `jobs` (server name, key, `bench_level` keywords) for up to
+    `--rounds` rounds, in reverse order every other round; each server's documents by key."""
+    args = run.args
+    documents: dict[str, dict[Any, list[dict[str, Any]]]] = {name: {} for name in commands}
     with ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         urls = {
-            name: stack.enter_context(started(name, commands[name], ports[name], logs, timeout_s=300))
-            for name in names
+            name: stack.enter_context(started(name, command, ports[name], logs, timeout_s=300))
+            for name, command in commands.items()
         }
-        run.log(f"{label}: both servers up")
+        run.log(f"{label}: {len(urls)} servers up")
         for r in range(args.rounds):
             if r > 0 and run.over_budget():
                 run.log(f"{label}: time budget spent after {r} rounds")
                 break
-            for i, concurrency in enumerate(args.concurrency):
-                order = names if (r + i) % 2 == 0 else names[::-1]
-                for name in order:
-                    document = bench_level(args, urls[name], concurrency)
-                    rounds[name][concurrency].append(document)
-                    s = document["levels"][0]["summary"]
-                    run.log(
-                        f"{label} round {r + 1} c={concurrency} {name}: {s['output_throughput']:.0f} tok/s"
-                    )
-    return {
-        "commands": {name: _portable(command) for name, command in commands.items()},
-        "servers": {name: _server_rows(rounds[name]) for name in names},
-    }
+            for name, key, options in jobs if r % 2 == 0 else jobs[::-1]:
+                document = bench_level(args, urls[name], **options)
+                documents[name].setdefault(key, []).append(document)
+                s = document["levels"][0]["summary"]
+                run.log(f"{label} round {r + 1} {name} {key}: {s['output_throughput']:.0f} tok/s")
+    return documents
 
 
 def median_round(documents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -527,39 +561,23 @@ def gap_servers(run: Run, label: str, model: Path, level: int) -> dict[str, Any]
     ports = {name: free_port() for name in GAP_CONFIGS}
     commands = {}
     for name, (options, sampling, _) in GAP_CONFIGS.items():
-        command = server_commands(args, model, {"llmflow": ports[name], "llama-server": 0}, options)[
-            "llmflow"
-        ]
+        command = llmflow_command(args, model, ports[name], options)
         if sampling is not None:  # `python -m llmflow ...` -> this script, which patches, then llmflow
             command = [sys.executable, str(Path(__file__).resolve()), "--serve-with-sampling", sampling,
                        *command[3:]]  # fmt: skip
         commands[name] = command
-    pairs = [(name, w) for name, c in GAP_CONFIGS.items() for w in _config_workloads(c)]
-    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {n: {} for n in GAP_CONFIGS}
-    with ExitStack() as stack:
-        logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        urls = {
-            name: stack.enter_context(started(name, commands[name], ports[name], logs, timeout_s=300))
-            for name in GAP_CONFIGS
-        }
-        run.log(f"{label} gap: {len(urls)} servers up")
-        for r in range(args.rounds):
-            if r > 0 and run.over_budget():
-                run.log(f"{label} gap: time budget spent after {r} rounds")
-                break
-            for name, workload in pairs if r % 2 == 0 else pairs[::-1]:
-                prompt, answer = GAP_WORKLOADS[workload]
-                document = bench_level(
-                    args, urls[name], level, prompt_tokens=prompt, max_tokens=answer, usage=True
-                )
-                rounds[name].setdefault(workload, []).append(document)
-                s = document["levels"][0]["summary"]
-                run.log(f"{label} gap round {r + 1} {name} {workload}: {s['output_throughput']:.0f} tok/s")
+    jobs = [
+        (name, workload, {"concurrency": level, "prompt_tokens": prompt, "max_tokens": answer, "usage": True})
+        for name, config in GAP_CONFIGS.items()
+        for workload in _config_workloads(config)
+        for prompt, answer in [GAP_WORKLOADS[workload]]
+    ]
+    documents = alternated(run, f"{label} gap", commands, ports, jobs)
     return {
         "commands": {name: _portable(command) for name, command in commands.items()},
         "rows": {
             name: {w: _server_rows({level: docs})[str(level)] for w, docs in by_workload.items()}
-            for name, by_workload in rounds.items()
+            for name, by_workload in documents.items()
         },
     }
 
@@ -642,8 +660,12 @@ def main() -> None:
     parser.add_argument("--min-requests", type=int, default=4)
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--n-ctx", type=int, default=1024, help="tokens per sequence, both servers")
+    parser.add_argument("--n-ctx", type=int, default=1024, help="tokens per sequence, every server")
     parser.add_argument("--engine-option", action="append", default=[], help="KEY=VALUE for llmflow's engine")
+    parser.add_argument(
+        "--llama-server-variant", action="append", default=[],
+        help="LABEL=FLAGS: llama-server once more with these flags (e.g. backend-sampling=-bs)",
+    )  # fmt: skip
     parser.add_argument(
         "--skip", action="append", default=[], choices=["batched_bench", "servers", "split", "table"],
         help="a part of the table (table: all of them); --gap runs whatever this says",
@@ -705,25 +727,24 @@ def _brief(bench: dict[str, Any]) -> str:
 
 
 def _table(doc: dict[str, Any]) -> dict[str, Any]:
-    """The headline numbers and the target ratios."""
+    """The headline numbers and the target ratios (llmflow against each llama-server run)."""
     out: dict[str, Any] = {}
     for label, entry in doc["models"].items():
-        servers = entry.get("servers", {})
-        llmflow, peer = servers.get("llmflow", {}), servers.get("llama-server", {})
+        servers = dict(entry.get("servers", {}))
+        llmflow = servers.pop("llmflow", {})
         ceiling = entry.get("batched_bench", {})
         rows = {}
         for level, row in llmflow.items():
-            other = peer.get(level, {})
             best = max((b.get("decode_tok_s", {}).get(level, 0.0) for b in ceiling.values()), default=0.0)
-            rows[level] = {
-                "llmflow": round(row["output_tok_s"], 1),
-                "llama_server": round(other.get("output_tok_s", 0.0), 1),
-                "ratio_to_llama_server": round(row["output_tok_s"] / other["output_tok_s"], 3)
-                if other
-                else None,
-                "batched_bench": round(best, 1),
-                "ratio_to_batched_bench": round(row["output_tok_s"] / best, 3) if best else None,
-            }
+            rows[level] = {"llmflow": round(row["output_tok_s"], 1)}
+            for name, peer in servers.items():
+                other = peer.get(level)
+                rows[level][name] = round(other["output_tok_s"], 1) if other else None
+                rows[level][f"ratio_to_{name}"] = (
+                    round(row["output_tok_s"] / other["output_tok_s"], 3) if other else None
+                )
+            rows[level]["batched_bench"] = round(best, 1)
+            rows[level]["ratio_to_batched_bench"] = round(row["output_tok_s"] / best, 3) if best else None
         split = entry.get("step_split", {})
         out[label] = {
             "rows": rows,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -22,3 +23,11 @@ class TokenVocabulary:
     @property
     def width(self) -> int:
         return max(self.n_logits, len(self.tokens))
+
+    def control_token(self, text: str) -> int | None:
+        """The id of the control token spelled `text` (e.g. `<|python_tag|>`), if there is one."""
+        return self._control_ids.get(text.encode())
+
+    @cached_property
+    def _control_ids(self) -> dict[bytes, int]:
+        return {self.tokens[i]: i for i in self.special_ids}

@@ -25,7 +25,9 @@ def prepare_call(llm: LLM, row: PromptInput, options: Options) -> tuple[Prepared
         )
         return request, None
     messages = [Message("user", row)] if isinstance(row, str) else list(row)  # type: ignore[arg-type]
-    plan = plan_tools(llm.prompt_format, messages, output.tools, output.tool_choice)
+    plan = plan_tools(
+        llm.prompt_format, messages, output.tools, output.tool_choice, control_token=llm.control_token
+    )
     plan.check(llm.compile)
     request = llm.prepare(
         plan.messages,

@@ -28,6 +28,7 @@ from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest
 from llmflow.params import PARAM_NAMES, SamplingParams
 from llmflow.prompts import PromptFormat
 from llmflow.tools import Tool, ToolChoice, ToolPlan, parse_tool_choice, parse_tools, plan_tools
+from llmflow.tools.formats import ControlTokens, no_control_tokens
 from llmflow.types import Message, ToolCall
 
 #: message roles of the Responses API, as llmflow's chat roles
@@ -54,11 +55,16 @@ class ResponsesInput:
     #: `text.format` as a constraint (None: plain text)
     output: Constraint | None = None
 
-    def plan(self, prompt_format: PromptFormat) -> ToolPlan:
+    def plan(self, prompt_format: PromptFormat, control_token: ControlTokens = no_control_tokens) -> ToolPlan:
         """What the tools do to this request (as for a chat request): the messages the
         template sees, the tools it renders, the constraint on calls, the format calls are read in."""
         return plan_tools(
-            prompt_format, self.messages, self.tools, self.tool_choice, self.parallel_tool_calls
+            prompt_format,
+            self.messages,
+            self.tools,
+            self.tool_choice,
+            self.parallel_tool_calls,
+            control_token=control_token,
         )
 
     def constraint(self, plan: ToolPlan) -> Constraint | None:

@@ -40,7 +40,7 @@ def prepare_response(
 ) -> PreparedResponse:
     """Plan the tools, compile the constraint and tokenize: every refusal (a tool's schema, the
     prompt's length) before any token. `echo`: the request fields the response repeats."""
-    plan = read.plan(llm.prompt_format)
+    plan = read.plan(llm.prompt_format, llm.control_token)
     constraint = read.constraint(plan)
     plan.check(llm.compile)
     params = read.sampling(llm.default_params)

@@ -218,7 +218,12 @@ def _tool_plan(llm: LLM, body: ChatCompletionRequest, messages: list[Message]) -
     raw_choice = choice.model_dump() if choice is not None and not isinstance(choice, str) else choice
     parsed = parse_tool_choice(raw_choice, tools)
     return plan_tools(
-        llm.prompt_format, messages, tools, parsed, parallel=body.parallel_tool_calls is not False
+        llm.prompt_format,
+        messages,
+        tools,
+        parsed,
+        parallel=body.parallel_tool_calls is not False,
+        control_token=llm.control_token,
     )
 
 

@@ -8,7 +8,7 @@ call), and how to find the calls in the text (`CallScanner`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 from llmflow.constraints import Constraint
@@ -17,6 +17,13 @@ from llmflow.prompts import ChatTemplate, PromptFormat
 from llmflow.tools.scanner import CallScanner
 from llmflow.tools.spec import Tool
 from llmflow.types import Message, ToolCall
+
+#: a model's control token spelled like a marker: its id, or None (`LLM.control_token`)
+ControlTokens = Callable[[str], int | None]
+
+
+def no_control_tokens(_marker: str) -> int | None:
+    return None
 
 
 class ToolCallFormat:
@@ -61,13 +68,21 @@ class ToolCallFormat:
         grammar = "start: calls\n" + self.calls_rule(parallel) + self.call_rules(tools)
         return Constraint.grammar(grammar, field)
 
-    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint:
+    def auto_constraint(
+        self,
+        tools: Sequence[Tool],
+        parallel: bool,
+        field: str,
+        control_token: ControlTokens = no_control_tokens,
+    ) -> Constraint:
         """`auto`: text, or, once the answer opens like a call (an opener, or a marker), calls that
         validate. The text may not start with whitespace, so a model cannot pad its way past the
-        trigger."""
+        trigger. A marker that is a control token of the model (`control_token`: its id, if any)
+        may come as that token or as text; text itself can never hold a control token."""
         text = f"/[^{_regex_literal(self.opener[0])}\\s](?s:.*)/"
         text += "".join(f" & ~/{_regex_literal(m)}(?s:.*)/" for m in self.markers)
-        lead = f"({' | '.join(json.dumps(m) for m in self.markers)})? " if self.markers else ""
+        spellings = [_spelling(m, control_token(m)) for m in self.markers]
+        lead = f"({' | '.join(spellings)})? " if spellings else ""
         grammar = f"start: TEXT | {lead}calls\nTEXT: {text}\n" + self.calls_rule(parallel)
         return Constraint.grammar(grammar + self.call_rules(tools), field)
 
@@ -116,7 +131,13 @@ class HermesFormat(ToolCallFormat):
         block = '"<tool_call>\\n" call "\\n</tool_call>"'
         return f'calls: {block} ("\\n" {block})*\n' if parallel else f"calls: {block}\n"
 
-    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint:
+    def auto_constraint(
+        self,
+        tools: Sequence[Tool],
+        parallel: bool,
+        field: str,
+        control_token: ControlTokens = no_control_tokens,
+    ) -> Constraint:
         """Any text; once `<tool_call>` appears (a lazy lexeme: the text before it ends at its
         first occurrence), the rest is calls that validate and then the end of the answer."""
         rest = '("\\n" "<tool_call>\\n" call "\\n</tool_call>")*' if parallel else ""
@@ -148,11 +169,6 @@ class Llama3Format(ToolCallFormat):
     def system_prompt(self, tools: Sequence[Tool], parallel: bool) -> str | None:
         return None
 
-    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint | None:
-        """None: this format's marker is a control token in the models that use it, which a
-        constraint built without the model's vocabulary could only forbid; calls are parsed."""
-        return None
-
 
 class MistralFormat(ToolCallFormat):
     """Mistral: `[TOOL_CALLS]` then a JSON list of calls (the marker is a control token in
@@ -170,14 +186,15 @@ class MistralFormat(ToolCallFormat):
     def system_prompt(self, tools: Sequence[Tool], parallel: bool) -> str | None:
         return None
 
-    def auto_constraint(self, tools: Sequence[Tool], parallel: bool, field: str) -> Constraint | None:
-        """None, as for Llama 3: `[TOOL_CALLS]` is a control token in recent vocabularies."""
-        return None
-
 
 FORMATS: Mapping[str, type[ToolCallFormat]] = {
     f.name: f for f in (ToolCallFormat, HermesFormat, Llama3Format, MistralFormat)
 }
+
+
+def _spelling(marker: str, token: int | None) -> str:
+    """A marker in a Lark grammar: as text, or also as the model's control token `token`."""
+    return json.dumps(marker) if token is None else f"(<[{token}]> | {json.dumps(marker)})"
 
 
 def _regex_literal(text: str) -> str:

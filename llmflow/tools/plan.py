@@ -11,7 +11,7 @@ from typing import Any
 
 from llmflow.constraints import Constraint
 from llmflow.prompts import PromptFormat
-from llmflow.tools.formats import ToolCallFormat, format_for
+from llmflow.tools.formats import ControlTokens, ToolCallFormat, format_for, no_control_tokens
 from llmflow.tools.spec import Tool, ToolChoice
 from llmflow.types import Message
 
@@ -41,14 +41,17 @@ def plan_tools(
     choice: ToolChoice,
     parallel: bool = True,
     field: str = "tools",
+    control_token: ControlTokens = no_control_tokens,
 ) -> ToolPlan:
+    """`control_token`: the model's control token spelled like a format's call marker, if any
+    (`LLM.control_token`), so that `auto` lets the model open its calls with it."""
     fmt = format_for(prompt_format)
     history = list(messages) if fmt.template_renders_tools else fmt.rewrite(messages)
     if choice.mode == "none" or not tools:
         return ToolPlan(fmt, history, None, None, False)
     offered = tuple(t for t in tools if choice.mode != "function" or t.name == choice.name)
     if choice.mode == "auto":
-        constraint = fmt.auto_constraint(offered, parallel, field)
+        constraint = fmt.auto_constraint(offered, parallel, field, control_token)
     else:
         constraint = fmt.calls_constraint(offered, parallel and choice.mode == "required", field)
     if fmt.template_renders_tools:

@@ -24,3 +24,25 @@ def test_gpu_script_starts(script):
     )
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout
+
+
+def test_llama_server_variants_run_as_servers_of_their_own():
+    """`--llama-server-variant LABEL=FLAGS` adds llama-server once more, with those flags, on a
+    port of its own; llmflow's command is unchanged by it."""
+    import argparse
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    from bench_llama_cpp_gpu import server_commands
+
+    args = argparse.Namespace(
+        bin=Path("bin"), concurrency=[1, 8], n_ctx=256, engine_option=["flash_attn=true"],
+        llama_server_variant=["backend-sampling=-bs"],
+    )  # fmt: skip
+    ports = {"llmflow": 1, "llama-server": 2, "llama-server backend-sampling": 3}
+    commands = server_commands(args, Path("m.gguf"), ports)
+    assert list(commands) == list(ports)
+    plain, variant = commands["llama-server"], commands["llama-server backend-sampling"]
+    assert variant == [*plain[: plain.index("--port") + 1], "3", *plain[plain.index("--port") + 2 :], "-bs"]
+    assert plain[plain.index("--parallel") :][:2] == ["--parallel", "8"]
+    llmflow = commands["llmflow"]
+    assert llmflow[llmflow.index("--port") + 1] == "1" and "flash_attn=true" in llmflow

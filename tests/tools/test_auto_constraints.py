@@ -1,9 +1,11 @@
 """`tool_choice="auto"` in every format, on the embedded model's vocabulary (where the formats'
-markers are text), tokens fed by hand: free text is accepted and may end; once the answer opens
-a call, whatever tokens the constraint lets through make calls whose arguments validate."""
+markers are text) and on that vocabulary with Llama 3's and Mistral's markers as control tokens
+(as in those models), tokens fed by hand: free text is accepted and may end; once the answer
+opens a call, whatever tokens the constraint lets through make calls whose arguments validate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jsonschema
@@ -24,9 +26,9 @@ TOOLS = parse_tools(
         {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
     ]
 )
-#: the formats constrained under `auto` (Llama 3's and Mistral's markers are control tokens in
-#: their models: those calls are parsed, not forced)
-FORMATS = [ToolCallFormat(), HermesFormat()]
+FORMATS = [ToolCallFormat(), HermesFormat(), Llama3Format(), MistralFormat()]
+#: the embedded vocabulary's control tokens renamed to these formats' markers
+CONTROL_MARKERS = {5: "<|python_tag|>", 6: "[TOOL_CALLS]"}
 TEXTS = ["Sure, it is sunny in Osaka.", "I cannot tell.\nSorry!"]
 #: per format: how an answer may open a call (the random walk goes on from there)
 OPENINGS = {
@@ -58,9 +60,18 @@ def compiler(vocabulary) -> ConstraintCompiler:
     return ConstraintCompiler(vocabulary)
 
 
+@pytest.fixture(scope="module")
+def marker_compiler(vocabulary) -> ConstraintCompiler:
+    """A vocabulary whose control tokens include Llama 3's and Mistral's markers."""
+    tokens = list(vocabulary.tokens)
+    for token, marker in CONTROL_MARKERS.items():
+        assert token in vocabulary.special_ids
+        tokens[token] = marker.encode()
+    return ConstraintCompiler(dataclasses.replace(vocabulary, tokens=tokens))
+
+
 def start(compiler: ConstraintCompiler, fmt: ToolCallFormat, parallel: bool = True) -> TokenMatcher:
-    constraint = fmt.auto_constraint(TOOLS, parallel, "tools")
-    assert constraint is not None
+    constraint = fmt.auto_constraint(TOOLS, parallel, "tools", compiler.vocabulary.control_token)
     return compiler.compile(constraint).start()
 
 
@@ -125,9 +136,27 @@ def test_leading_whitespace_cannot_hide_an_opener(compiler, vocabulary):
     assert not feed(start(compiler, ToolCallFormat()), vocabulary, " x")
 
 
-def test_formats_whose_markers_are_control_tokens_are_parsed_not_forced():
-    for fmt in (Llama3Format(), MistralFormat()):
-        assert fmt.auto_constraint(TOOLS, True, "tools") is None
+@pytest.mark.parametrize("fmt", [Llama3Format(), MistralFormat()], ids=lambda f: f.name)
+def test_a_control_token_marker_opens_calls(marker_compiler, fmt):
+    """Where the model's vocabulary has the marker as a control token, the model may open its
+    calls with that token (after which only calls follow), and free text still may end."""
+    (token,) = [t for t, m in CONTROL_MARKERS.items() if m == fmt.markers[0]]
+    vocabulary = marker_compiler.vocabulary
+    text = start(marker_compiler, fmt)
+    assert feed(text, vocabulary, TEXTS[0]) and may_end(text, vocabulary)
+    assert not text.allows(token)  # text never holds a control token
+    calls = start(marker_compiler, fmt)
+    assert calls.allows(token)
+    calls.advance(token)
+    assert not feed(calls, vocabulary, "Sure")
+    call = start(marker_compiler, fmt, parallel=False)
+    call.advance(token)
+    assert feed(
+        call,
+        vocabulary,
+        one_call(fmt, '{"city": "Osaka", "unit": "celsius", "days": 3}').removeprefix(fmt.markers[0]),
+    )
+    assert call.complete
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
