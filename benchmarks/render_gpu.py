@@ -102,9 +102,34 @@ def _step_split(d: Result) -> str:
              f"{num(s['python_s_median'], 2, 1000)} (p90 {num(s['python_s_p90'], 2, 1000)})",
              str(s["full_decode_steps"])]
         )  # fmt: skip
+    if not rows:
+        return ""
     header = ["model", "step ms", "forward pass (GPU, waited for) ms", "samplers (CPU) ms",
               "the rest (scheduler's Python) ms", "steps measured"]  # fmt: skip
     return "Where a step goes, the engine in process at full concurrency (medians):\n\n" + table(header, rows)
+
+
+def llama_cpp_rounds(d: Result) -> str:
+    """Each server's output tokens/s round by round (round 1 runs the levels upwards, round 2
+    downwards), and its inter-token gap: what a median hides when a server changes between rounds."""
+    names = list(next(iter(d["models"].values()))["servers"])
+    rows = []
+    for label, entry in d["models"].items():
+        for level in entry["servers"]["llmflow"]:
+            cells = [label, level]
+            for name in names:
+                row = entry["servers"][name].get(level)
+                if row is None:
+                    cells.append("-")
+                    continue
+                itl = " / ".join(num(s["itl_s"]["median"], 1, 1000) for s in row["summaries_of_rounds"])
+                cells.append(f"{' / '.join(num(v, 0) for v in row['output_tok_s_rounds'])} ({itl})")
+            rows.append(cells)
+    return (
+        "Output tokens/s round by round, round 1 / round 2 (ITL p50 in ms, round 1 / round 2); round 1 "
+        "runs the concurrency levels upwards from a freshly started server, round 2 downwards:\n\n"
+        + table(["model", "concurrency", *(f"`{n}`" for n in names)], rows)
+    )
 
 
 # -- the distance to llama-batched-bench, split (bench_llama_cpp_gpu.py --gap) -------------------
@@ -301,6 +326,10 @@ GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
         ),
     ),
     "gpu-llama-cpp-run1": (("llama_cpp_gpu_h200_run1.json",), lambda files: llama_cpp_gpu(files[0])),
+    "gpu-llama-cpp-peers": (
+        ("llama_cpp_gpu_h200_run6.json",),
+        lambda files: llama_cpp_gpu(files[0]) + "\n" + llama_cpp_rounds(files[0]),
+    ),
     "gpu-llama-cpp-gap": (
         (
             "llama_cpp_gpu_h200_run4.json",
