@@ -43,14 +43,21 @@ def load_average() -> float | None:
         return None
 
 
+#: paths whose changes leave every measurement as it was
+NOT_MEASURED = ("benchmarks/results", "*.md")
+
+
 def git_commit() -> dict[str, Any]:
-    """The commit measured and whether the tree had changes on top of it."""
+    """The commit measured and whether the tree had changes on top of it that can change a
+    measurement: result files and the documents rendered from them do not count (a run of
+    several benchmarks writes them as it goes)."""
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
         return done.stdout.strip()
 
-    return {"sha": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain", "-uno"))}
+    changes = git("status", "--porcelain", "-uno", "--", ".", *(f":(exclude){p}" for p in NOT_MEASURED))
+    return {"sha": git("rev-parse", "HEAD") or None, "dirty": bool(changes)}
 
 
 def cpu_model() -> str:
