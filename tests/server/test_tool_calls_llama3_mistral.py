@@ -84,7 +84,8 @@ def test_auto_calls_always_validate(served, seed, temperature, parallel):
         assert parallel or len(calls) == 1
         assert choice.finish_reason in ("tool_calls", "length")
     elif choice.finish_reason == "stop":  # text, which may not open like a call
-        assert not (choice.message.content or "").lstrip().startswith(("{", "[", "<|python_tag|>"))
+        fmt = TEMPLATES[name][1]
+        assert not (choice.message.content or "").startswith((fmt.opener, *fmt.markers))
 
 
 def test_required_forces_a_call_in_the_format(served):
