@@ -194,17 +194,19 @@ def decode_rates(
     """What llama.cpp itself gives for `w` streams: tokens/s of one `llama_decode` of one token
     for each of `w` sequences (each `--prompt-tokens` deep), without any scheduling, sampling
     or streaming around it. The batched engine at `w` streams can at best match it."""
-    import llama_cpp
-
+    from llmflow.engines.llama_cpp import start_load
     from llmflow.engines.llama_cpp_batched import LlamaCppBatchedOptions, LlamaStepBackend, _load_model
     from llmflow.engines.scheduler import BatchEntry
     from llmflow.params import SamplingParams
 
     width = max(widths)
-    options = LlamaCppBatchedOptions.parse(
-        {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": width, "n_batch": max(512, width)}
+    options, path, llama_cpp, where = start_load(
+        "llama_cpp_batched",
+        LlamaCppBatchedOptions,
+        model,
+        {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": width, "n_batch": max(512, width)},
     )
-    backend = LlamaStepBackend.create(llama_cpp, _load_model(llama_cpp, model, options), options)
+    backend = LlamaStepBackend.create(llama_cpp, _load_model(llama_cpp, path, options, where), options, where)
     greedy = backend.new_sampler(SamplingParams.parse({"temperature": 0.0}))
     try:
         depth = args.prompt_tokens
