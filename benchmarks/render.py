@@ -160,8 +160,12 @@ def http(d: Result) -> str:
 
 def server_cpu(d: Result) -> str:
     s = d["summary"]
-    rows = [[f"`{name}`", num(us, 0)] for name, us in sorted(s["us_per_event_by_thread_name"].items())]
-    return f"{s['events']} streamed events.\n\n" + table(["server thread", "CPU µs per event"], rows)
+    rows = [[name, num(us, 0)] for name, us in s["us_per_event_by_thread"].items()]
+    return (
+        f"{s['events']} streamed events. The other threads, by CPU time, are the generation worker and "
+        "llama.cpp's threads (Python 3.11 leaves OS threads unnamed, so they are told apart only by what "
+        "they spend).\n\n" + table(["server thread", "CPU µs per event"], rows)
+    )
 
 
 def batching(d: Result) -> str:

@@ -64,16 +64,19 @@ def main() -> None:
         after = thread_ticks(server.pid)
 
     tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    spent = {tid: (ticks - before.get(tid, (name, 0))[1]) * tick_s for tid, (name, ticks) in after.items()}
+    main = str(server.pid)
+    others = sorted((t for t in spent if t != main and spent[t]), key=spent.__getitem__, reverse=True)
     threads = []
-    for tid, (name, ticks) in after.items():
-        spent = (ticks - before.get(tid, (name, 0))[1]) * tick_s
-        if spent:
-            threads.append({"thread": name, "cpu_s": spent, "us_per_event": spent / events * 1e6})
-            print(f"  thread {tid} ({name}): {spent * 1000:.0f} ms, {spent / events * 1e6:.0f} µs/event")
-    by_name: dict[str, float] = {}
-    for thread in threads:
-        by_name[thread["thread"]] = by_name.get(thread["thread"], 0.0) + thread["us_per_event"]
-    summary = {"events": events, "clock_tick_ms": tick_s * 1000, "us_per_event_by_thread_name": by_name}
+    for tid in [main, *others]:
+        label = "main thread (uvicorn's event loop)" if tid == main else f"thread {len(threads)}"
+        threads.append({"thread": label, "cpu_s": spent[tid], "us_per_event": spent[tid] / events * 1e6})
+        print(f"  {label} ({tid}): {spent[tid] * 1000:.0f} ms, {spent[tid] / events * 1e6:.0f} µs/event")
+    summary = {
+        "events": events,
+        "clock_tick_ms": tick_s * 1000,
+        "us_per_event_by_thread": {t["thread"]: t["us_per_event"] for t in threads},
+    }
     recording.write(args.out, config=config_of(args), samples=threads, summary=summary)
 
 
