@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import jsonschema
 import pytest
@@ -125,8 +126,20 @@ def test_the_template_asks_for_the_hermes_format(hermes_llm):
     parallel=st.booleans(),
 )
 def test_auto_calls_always_validate(hermes_client, seed, temperature, parallel):
-    choice = hermes_client.chat.completions.create(
-        model="hermes", messages=MESSAGES, tools=TOOLS, max_tokens=48, seed=seed,
+    choice = auto_answer(hermes_client, "hermes", MESSAGES, 48, seed, temperature, parallel)
+    if not choice.message.tool_calls:
+        assert choice.finish_reason in ("stop", "length")
+        if choice.finish_reason == "stop":  # an answer that opened a call closed it
+            assert "<tool_call>" not in (choice.message.content or "")
+
+
+def auto_answer(
+    client: OpenAI, model: str, messages: list, max_tokens: int, seed: int, temperature: float, parallel: bool
+) -> Any:
+    """One answer with `tool_choice` left to `auto`: its calls, if it made any, validate (one at
+    most unless `parallel`), and then it finished with `tool_calls` or was cut."""
+    choice = client.chat.completions.create(
+        model=model, messages=messages, tools=TOOLS, max_tokens=max_tokens, seed=seed,
         temperature=temperature, parallel_tool_calls=parallel,
     ).choices[0]  # fmt: skip
     calls = choice.message.tool_calls
@@ -134,10 +147,7 @@ def test_auto_calls_always_validate(hermes_client, seed, temperature, parallel):
         check_calls(calls)
         assert parallel or len(calls) == 1
         assert choice.finish_reason in ("tool_calls", "length")
-    else:
-        assert choice.finish_reason in ("stop", "length")
-        if choice.finish_reason == "stop":  # an answer that opened a call closed it
-            assert "<tool_call>" not in (choice.message.content or "")
+    return choice
 
 
 def test_auto_streamed_calls_validate(hermes_client):
