@@ -49,6 +49,12 @@ class TokenMatcher:
         np.copyto(logits, -np.inf, where=~self.allowed()[: logits.shape[-1]])
         return logits
 
+    def mask_for_argmax(self, logits: np.ndarray) -> np.ndarray:
+        """`mask` for a greedy pick: the logits as they are when the constraint allows their top
+        token (the argmax is then the masked argmax), so most steps check one token instead of
+        computing the whole mask."""
+        return logits if self.allows(int(logits.argmax())) else self.mask(logits)
+
     def mask_torch(self, logits: Any) -> Any:
         """`mask` for a torch tensor [vocab], on its device."""
         import torch

@@ -293,19 +293,14 @@ def _masking(constraint: TokenMatcher | None, params: SamplingParams) -> Any:
     penalties, the filters and the greedy pick all see the masked logits).
 
     When the rest of the chain is a plain greedy pick (temperature 0, no repetition penalty),
-    the token it takes is the top logit: the whole mask is computed only when the constraint
-    refuses that token, so most steps check one token instead of the vocabulary."""
+    the token it takes is the top logit, so `mask_for_argmax` suffices."""
     if constraint is None:
         return None
     from llama_cpp import LogitsProcessorList
 
-    if params.greedy and params.repetition_penalty == 1:
-
-        def mask_unless_top_allowed(_ids: Any, logits: Any) -> Any:
-            return logits if constraint.allows(int(logits.argmax())) else constraint.mask(logits)
-
-        return LogitsProcessorList([mask_unless_top_allowed])
-    return LogitsProcessorList([lambda _ids, logits: constraint.mask(logits)])
+    greedy = params.greedy and params.repetition_penalty == 1
+    mask = constraint.mask_for_argmax if greedy else constraint.mask
+    return LogitsProcessorList([lambda _ids, logits: mask(logits)])
 
 
 _MODEL_PARAMS_LOCK = threading.Lock()
