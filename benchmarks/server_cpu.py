@@ -23,16 +23,15 @@ from serve_process import ServeProcess, config_of
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 
 
-def thread_ticks(pid: int) -> dict[str, tuple[str, int]]:
-    """Thread id -> (name, user + system clock ticks)."""
+def thread_ticks(pid: int) -> dict[str, int]:
+    """Thread id -> user + system clock ticks."""
     ticks = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
         except OSError:  # the thread ended meanwhile
             continue
-        ticks[tid] = (name, int(fields[11]) + int(fields[12]))
+        ticks[tid] = int(fields[11]) + int(fields[12])
     return ticks
 
 
@@ -64,7 +63,7 @@ def main() -> None:
         after = thread_ticks(server.pid)
 
     tick_s = 1 / os.sysconf("SC_CLK_TCK")
-    spent = {tid: (ticks - before.get(tid, (name, 0))[1]) * tick_s for tid, (name, ticks) in after.items()}
+    spent = {tid: (ticks - before.get(tid, 0)) * tick_s for tid, ticks in after.items()}
     main = str(server.pid)
     others = sorted((t for t in spent if t != main and spent[t]), key=spent.__getitem__, reverse=True)
     threads = []
