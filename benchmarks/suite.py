@@ -108,9 +108,9 @@ SUITE: tuple[Benchmark, ...] = (
         "against llama-server, at 8 and 16 streams",
     ),
     llmflow_variants(
-        "peers_fa", "16", ("fa:flash_attn=true",),
+        "peers_fa", "1,2,4,8,16", ("fa:flash_attn=true",),
         "llmflow with flash attention on the CPU (llama-server's default, auto, turns it on) "
-        "against llama-server, at 16 streams",
+        "against llama-server, at 1 to 16 streams",
     ),
     Benchmark(
         "spark", "benchmarks.bench_spark",
