@@ -147,7 +147,10 @@ def batched_bench(
 def server_commands(args: argparse.Namespace, model: Path, ports: dict[str, int]) -> dict[str, list[str]]:
     """llmflow serve, llama-server, and llama-server again with each `--llama-server-variant`'s
     flags (e.g. its backend sampling), by server name."""
-    commands = {"llmflow": llmflow_command(args, model, ports["llmflow"])}
+    commands = {
+        name: llmflow_command(args, model, ports[name], extra_args=extra)
+        for name, extra in llmflow_serve_args(args).items()
+    }
     for name, flags in llama_server_flags(args).items():
         commands[name] = [
             str(args.bin / "llama-server"), "-m", str(model),
@@ -159,7 +162,11 @@ def server_commands(args: argparse.Namespace, model: Path, ports: dict[str, int]
 
 
 def llmflow_command(
-    args: argparse.Namespace, model: Path, port: int, extra_options: list[str] | None = None
+    args: argparse.Namespace,
+    model: Path,
+    port: int,
+    extra_options: list[str] | None = None,
+    extra_args: list[str] | None = None,
 ) -> list[str]:
     options = [
         f"parallel={max(args.concurrency)}",
@@ -170,16 +177,26 @@ def llmflow_command(
     return [
         sys.executable, "-m", "llmflow", "serve", str(model), "--engine", "llama_cpp_batched",
         "--host", "127.0.0.1", "--port", str(port), "--max-queue", "4096", "--log-level", "warning",
-        *[part for option in options for part in ("--engine-option", option)],
+        *[part for option in options for part in ("--engine-option", option)], *(extra_args or []),
     ]  # fmt: skip
+
+
+def llmflow_serve_args(args: argparse.Namespace) -> dict[str, list[str]]:
+    """llmflow serve's runs by name: as it comes, then each variant (`LABEL=ARGS`, more
+    `llmflow serve` arguments)."""
+    return {"llmflow": [], **_variants("llmflow", args.llmflow_variant)}
 
 
 def llama_server_flags(args: argparse.Namespace) -> dict[str, list[str]]:
     """llama-server's runs by name: as it comes, then each variant (`LABEL=FLAGS`)."""
-    runs = {"llama-server": []}
-    for variant in args.llama_server_variant:
-        label, _, flags = variant.partition("=")
-        runs[f"llama-server {label}"] = flags.split()
+    return {"llama-server": [], **_variants("llama-server", args.llama_server_variant)}
+
+
+def _variants(server: str, specs: list[str]) -> dict[str, list[str]]:
+    runs = {}
+    for spec in specs:
+        label, _, flags = spec.partition("=")
+        runs[f"{server} {label}"] = flags.split()
     return runs
 
 
@@ -213,7 +230,7 @@ def bench_level(
 
 def serve_and_bench(run: Run, label: str, model: Path) -> dict[str, Any]:
     args = run.args
-    names = ["llmflow", *llama_server_flags(args)]
+    names = [*llmflow_serve_args(args), *llama_server_flags(args)]
     ports = {name: free_port() for name in names}
     commands = server_commands(args, model, ports)
     jobs = [
@@ -665,6 +682,10 @@ def main() -> None:
     parser.add_argument(
         "--llama-server-variant", action="append", default=[],
         help="LABEL=FLAGS: llama-server once more with these flags (e.g. backend-sampling=-bs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--llmflow-variant", action="append", default=[],
+        help="LABEL=ARGS: llmflow serve once more with these arguments (e.g. si=--switch-interval 0.5)",
     )  # fmt: skip
     parser.add_argument(
         "--skip", action="append", default=[], choices=["batched_bench", "servers", "split", "table"],

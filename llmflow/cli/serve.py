@@ -158,6 +158,16 @@ def serve(
         ),
     ] = "parsed",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    switch_interval: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            help="milliseconds a Python thread may hold the GIL while another waits for it "
+            "(sys.setswitchinterval); a batching engine's decode thread waits up to this long after "
+            "each step while request threads format tokens; default: Python's own (5 ms)",
+            show_default=False,
+        ),
+    ] = None,
     on_ray: Annotated[
         bool,
         typer.Option(
@@ -263,7 +273,7 @@ def serve(
     where = f"http://{host}:{port}"
     names = ", ".join(repr(name) for name in app.state.llmflow.models.names)
     typer.secho(f"serving {names} on {where} (OpenAI base URL {where}/v1)", err=True)
-    run(app, host, port, log_level=log_level)
+    run(app, host, port, log_level=log_level, switch_interval_ms=switch_interval)
 
 
 def model_configs(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -57,8 +58,14 @@ def _server(app: Any, make: Callable[[uvicorn.Config], uvicorn.Server], **config
     return server
 
 
-def run(app: Any, host: str, port: int, *, log_level: str = "info") -> None:
-    """Serve until SIGTERM or Ctrl-C, then shut down gracefully (see `GracefulServer`)."""
+def run(
+    app: Any, host: str, port: int, *, log_level: str = "info", switch_interval_ms: float | None = None
+) -> None:
+    """Serve until SIGTERM or Ctrl-C, then shut down gracefully (see `GracefulServer`). The
+    process is the server's alone here, so `switch_interval_ms` may set the interpreter's GIL
+    switch interval (a background server leaves it alone)."""
+    if switch_interval_ms is not None:
+        sys.setswitchinterval(switch_interval_ms / 1000)
     state = app.state.llmflow
     grace_s = state.settings.shutdown_grace_s
     _server(
