@@ -108,6 +108,23 @@ def engine(d: Result) -> str:
     return intro + table(["path", "decode tok/s", "TTFT ms"], rows)
 
 
+def flash_attn(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    intro = (
+        f"{c['model']}, {threads(c['threads'])}, {c['prompt_tokens']}-token prompts, "
+        f"{c['max_tokens']} tokens (every answer to the end), greedy, {c['runs']} alternated runs; "
+        "median (min-max), ratios round by round.\n\n"
+    )
+    rows = [
+        [f"`{engine}`", med(e["off_tokens_per_s"]), med(e["on_tokens_per_s"]),
+         f"**{med(e['tokens_per_s_ratio_on_off'], 3)}**", med(e["off_ttft_ms"]), med(e["on_ttft_ms"]),
+         f"**{med(e['ttft_ratio_on_off'], 3)}**"]
+        for engine, e in s.items()
+    ]  # fmt: skip
+    header = ["engine", "decode tok/s, off", "on", "on / off", "TTFT ms, off", "on", "on / off"]
+    return intro + table(header, rows)
+
+
 def tracing(d: Result) -> str:
     s, c = d["summary"], d["config"]
     rows = [
@@ -244,31 +261,68 @@ def peer_targets(s: Result) -> str:
     <= its TTFT p50, and more tok/s than either Python server."""
     lines = []
     for workload, servers in s.items():
-        ours, theirs = servers.get("llmflow"), servers.get("llama-server")
-        if not ours:
-            continue
-        parts = []
-        if theirs:
-            rate = ratio(ours["output_tok_s"], theirs["output_tok_s"])
-            ttft = ratio(ours["ttft_p50_s"], theirs["ttft_p50_s"])
-            met = "met" if rate is not None and ttft is not None and rate >= 1 and ttft <= 1 else "missed"
-            parts.append(f"/ llama-server output tok/s {num(rate, 2)}, TTFT p50 {num(ttft, 2)}: {met}")
-        for peer in ("example-server", "llama_cpp.server"):
-            if servers.get(peer):
-                rate = ratio(ours["output_tok_s"], servers[peer]["output_tok_s"])
-                met = rate is not None and rate >= 1
-                parts.append(f"/ {peer} tok/s {num(rate, 2)}: {'ahead' if met else 'behind'}")
-        lines.append(f"- {workload}: llmflow " + "; ".join(parts))
+        for name, ours in servers.items():
+            if name == "llmflow" or name.startswith("llmflow "):
+                lines.append(f"- {workload}: {name} " + "; ".join(_against_peers(ours, servers)))
     if not lines:
         return ""
     return (
-        "llmflow against each peer (goals: against llama-server tok/s ratio >= 1 and TTFT p50 ratio "
-        "<= 1; ahead of both Python servers), medians:\n\n" + "\n".join(lines) + "\n"
+        "llmflow (and each of its variants) against each peer (goals: against llama-server tok/s ratio "
+        ">= 1 and TTFT p50 ratio <= 1; ahead of both Python servers), medians:\n\n" + "\n".join(lines) + "\n"
     )
+
+
+def _against_peers(ours: Result, servers: Result) -> list[str]:
+    theirs = servers.get("llama-server")
+    parts = []
+    if theirs:
+        rate = ratio(ours["output_tok_s"], theirs["output_tok_s"])
+        ttft = ratio(ours["ttft_p50_s"], theirs["ttft_p50_s"])
+        met = "met" if rate is not None and ttft is not None and rate >= 1 and ttft <= 1 else "missed"
+        parts.append(f"/ llama-server output tok/s {num(rate, 2)}, TTFT p50 {num(ttft, 2)}: {met}")
+    for peer in ("example-server", "llama_cpp.server"):
+        if servers.get(peer):
+            rate = ratio(ours["output_tok_s"], servers[peer]["output_tok_s"])
+            met = rate is not None and rate >= 1
+            parts.append(f"/ {peer} tok/s {num(rate, 2)}: {'ahead' if met else 'behind'}")
+    return parts
 
 
 def ratio(a: dict | None, b: dict | None) -> float | None:
     return a["median"] / b["median"] if a and b and b["median"] else None
+
+
+def cpu_steps(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    intro = (
+        f"{c['model']}, {threads(c['threads'])}, {c['streams']} sequences of {c['prompt_tokens']} prompt "
+        f"and {c['max_tokens']} generated tokens (every answer to the end), greedy; "
+        f"{plural(c['rounds'], 'round')}, the two settings alternated; median (min-max) over rounds.\n\n"
+    )
+    rows = []
+    for key, e in s.items():
+        shares = " / ".join(
+            med({k: v * 100 for k, v in e["wall_share"][kind].items() if k != "n"}, 0)
+            for kind in ("full_decode", "with_prompt_tokens", "partial_decode")
+        )
+        rows.append([
+            f"flash attention {key}",
+            med(e["batched_bench_decode_tok_s"]),
+            med(e["batched_bench_decode_step_ms"]),
+            med(e["batched_bench_generated_tok_s"]),
+            med(e["engine_full_step_ms"]),
+            med(e["engine_forward_ms"]),
+            med(e["engine_samplers_ms"], 2),
+            med(e["engine_python_ms"], 2),
+            med(e["engine_generated_tok_s"]),
+            med(e["engine_over_batched_bench_generated"], 2),
+            shares,
+        ])  # fmt: skip
+    header = ["setting", "batched-bench decode tok/s", "its decode step ms",
+              "batched-bench generated tok/s (prefill + decode)", "engine full step ms", "forward pass ms",
+              "samplers ms", "Python ms", "engine wave tok/s", "engine / batched-bench generated",
+              "engine wave wall % full / prompt / narrower steps"]  # fmt: skip
+    return intro + table(header, rows)
 
 
 def spark(d: Result) -> str:
@@ -459,10 +513,11 @@ def ray_estimate(relay: dict[str, dict | None]) -> str:
 
 
 RENDERERS: dict[str, Callable[[Result], str]] = {
-    "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "server_cpu": server_cpu,
+    "engine": engine, "flash_attn": flash_attn,
+    "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "server_cpu": server_cpu,
     "batching": batching, "step_shapes": step_shapes,
     "peers": peers, "peers_prefix": peers, "peers_chunk": peers, "peers_onepass": peers,
-    "peers_fa": peers,
+    "peers_fa": peers, "cpu_steps": cpu_steps,
     "spark": spark, "surface": surface, "soak": soak, "load": soak,
     "constraint_libraries": constraint_libraries, "constraints": constraints, "ray": ray,
 }  # fmt: skip

@@ -52,6 +52,11 @@ SUITE: tuple[Benchmark, ...] = (
         "LLM.stream against raw llama-cpp-python on one model object",
     ),
     Benchmark(
+        "flash_attn", "benchmarks.bench_flash_attn",
+        ("--runs", "9", "--max-tokens", "256"), ("--runs", "2", "--max-tokens", "32"),
+        "flash attention on against off on the CPU, both llama.cpp engines, one stream",
+    ),
+    Benchmark(
         "tracing", "benchmarks.bench_tracing",
         ("--runs", "9", "--max-tokens", "256"), ("--runs", "2", "--max-tokens", "32"),
         "predict_stream with MLflow tracing on, off and timings only",
@@ -111,6 +116,11 @@ SUITE: tuple[Benchmark, ...] = (
         "peers_fa", "1,2,4,8,16", ("fa:flash_attn=true",),
         "llmflow with flash attention on the CPU (llama-server's default, auto, turns it on) "
         "against llama-server, at 1 to 16 streams",
+    ),
+    Benchmark(
+        "cpu_steps", "benchmarks.bench_cpu_steps",
+        ("--rounds", "3"), ("--rounds", "1", "--max-tokens", "16", "--quick"),
+        "llama-batched-bench against the batching engine's steps at 16 streams, flash attention off and on",
     ),
     Benchmark(
         "spark", "benchmarks.bench_spark",

@@ -1,4 +1,4 @@
-"""Build llama.cpp's `llama-server` once, from the llama.cpp source inside the pinned llama-cpp-python sdist.
+"""Build llama.cpp's `llama-server` and `llama-batched-bench` once, from the pinned llama-cpp-python sdist.
 
 The peer then runs the very llama.cpp that llmflow links against, compiled with the same
 instruction sets (`scripts/build_llama_cpp.py`'s flags). The build lives in a cache directory
@@ -95,14 +95,16 @@ def extra_cmake_options() -> list[str]:
     return [*flags, *shlex.split(os.environ.get("CMAKE_ARGS", ""))]
 
 
+#: what is built: the server, and llama.cpp's own batched decode benchmark (the CPU ceiling)
+TARGETS = ("llama-server", "llama-batched-bench")
+
+
 def build(source: Path, build_dir: Path, jobs: int) -> Path:
-    """Configure and build the `llama-server` target only (Ninja when present)."""
+    """Configure and build the `TARGETS` only (Ninja when present)."""
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     options = [*CMAKE_OPTIONS, *extra_cmake_options()]
     subprocess.run(["cmake", "-S", str(source), "-B", str(build_dir), *generator, *options], check=True)
-    subprocess.run(
-        ["cmake", "--build", str(build_dir), "--target", "llama-server", "-j", str(jobs)], check=True
-    )
+    subprocess.run(["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs)], check=True)
     binary = build_dir / "bin" / "llama-server"
     if not binary.is_file():
         raise SystemExit(f"build finished without {binary}")
@@ -120,6 +122,7 @@ def ensure_llama_server(sdist: Path | None, cache: Path = DEFAULT_CACHE, jobs: i
         "sdist": sdist.name,
         "size": sdist.stat().st_size,
         "cmake": [*CMAKE_OPTIONS, *extra_cmake_options()],
+        "targets": list(TARGETS),
     }
     if binary.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == wanted:
         return binary

@@ -56,10 +56,10 @@ class LlamaCppOptions(EngineOptions):
         ge=-1,
         description="layers to offload to a GPU; -1 = all; default: all when llama.cpp has a GPU backend",
     )
-    flash_attn: bool | None = Field(
-        None,
-        description="flash attention; default: on when layers run on a GPU (on the CPU it stays off, "
-        "so that both llama.cpp engines compute the same numbers)",
+    flash_attn: bool = Field(
+        True,
+        description="flash attention: on by default, on a GPU and on the CPU alike (faster on both; "
+        "both llama.cpp engines share the default, so they compute the same numbers)",
     )
     kv_cache_type: Literal["f16", "q8_0"] = Field(
         "f16", description="KV cache element type: q8_0 halves its memory and needs flash attention"
@@ -110,17 +110,13 @@ class Placement:
 
 
 def placement(options: LlamaCppOptions, gpu_backend: bool) -> Placement:
-    """Every layer on the GPU unless told otherwise; flash attention wherever layers run on the
-    GPU (or the cache is quantized). `gpu_backend`: llama.cpp was built with one."""
+    """Every layer on the GPU unless told otherwise. `gpu_backend`: llama.cpp was built with one."""
     layers = options.n_gpu_layers
     if layers is None or layers == -1:
         layers = ALL_LAYERS if gpu_backend else 0
     if not gpu_backend:
         layers = 0  # llama.cpp would ignore them; say so in `Placement` too
-    flash_attn = options.flash_attn
-    if flash_attn is None:
-        flash_attn = layers != 0 or options.kv_cache_type != "f16"
-    return Placement(layers, flash_attn, KV_CACHE_TYPES[options.kv_cache_type])
+    return Placement(layers, options.flash_attn, KV_CACHE_TYPES[options.kv_cache_type])
 
 
 OptionsT = TypeVar("OptionsT", bound="LlamaCppOptions")

@@ -23,9 +23,9 @@ from llmflow.errors import InvalidParams
 KV_8B = 2 * 32 * 8 * 128 * 2
 
 
-def test_a_cpu_build_keeps_every_layer_on_the_cpu_without_flash_attention():
+def test_a_cpu_build_keeps_every_layer_on_the_cpu_with_flash_attention():
     where = placement(LlamaCppOptions(), gpu_backend=False)
-    assert (where.n_gpu_layers, where.flash_attn, where.on_gpu) == (0, False, False)
+    assert (where.n_gpu_layers, where.flash_attn, where.on_gpu) == (0, True, False)
     assert where.kv_type == KV_CACHE_TYPES["f16"]
     # asked for layers that cannot go anywhere: llama.cpp would ignore them, and so does placement
     assert placement(LlamaCppOptions(n_gpu_layers=-1), gpu_backend=False).on_gpu is False
@@ -39,13 +39,13 @@ def test_a_gpu_build_offloads_every_layer_with_flash_attention_by_default():
 
 def test_explicit_gpu_options_win():
     assert placement(LlamaCppOptions(n_gpu_layers=0), gpu_backend=True).on_gpu is False
-    assert placement(LlamaCppOptions(n_gpu_layers=0), gpu_backend=True).flash_attn is False
+    assert placement(LlamaCppOptions(flash_attn=False), gpu_backend=False).flash_attn is False
     assert placement(LlamaCppOptions(n_gpu_layers=12), gpu_backend=True).n_gpu_layers == 12
     assert placement(LlamaCppOptions(flash_attn=False), gpu_backend=True).flash_attn is False
     assert placement(LlamaCppOptions(flash_attn=True), gpu_backend=False).flash_attn is True
 
 
-def test_a_quantized_kv_cache_turns_flash_attention_on_and_needs_it():
+def test_a_quantized_kv_cache_needs_flash_attention():
     where = placement(LlamaCppOptions(kv_cache_type="q8_0"), gpu_backend=False)
     assert where.kv_type == KV_CACHE_TYPES["q8_0"] and where.flash_attn is True
     with pytest.raises(InvalidParams) as raised:
