@@ -33,21 +33,30 @@ def target(value: float | None, goal: float, above: bool = True) -> str:
 
 
 # -- llama.cpp engines against llama-server (benchmarks/gpu/bench_llama_cpp_gpu.py) ---------------
+def _is_llmflow(name: str) -> bool:
+    return name == "llmflow" or name.startswith("llmflow ")
+
+
 def llama_cpp_gpu(d: Result) -> str:
-    peers = [name for name in next(iter(d["models"].values()))["servers"] if name != "llmflow"]
+    """One row per model, level and llmflow run (llmflow serve, then each of its variants), beside
+    every llama-server run and llama-batched-bench."""
+    names = list(next(iter(d["models"].values()))["servers"])
+    peers = [name for name in names if not _is_llmflow(name)]
+    ours_names = [name for name in names if _is_llmflow(name)]
     rows = []
     for label, entry in d["models"].items():
         ceiling = entry["batched_bench"]["streams"]["decode_tok_s"]
-        ours = entry["servers"]["llmflow"]
-        for level, row in ours.items():
-            goal = 0.97 if level == "1" else 1.0
-            cells = [label, level, _server_cell(row)]
-            for peer in peers:
-                other = entry["servers"][peer].get(level)
-                rate = row["output_tok_s"] / other["output_tok_s"] if other else None
-                cells += [_server_cell(other) if other else "-", target(rate, goal)]
-            rows.append([*cells, num(ceiling.get(level)), _ceiling_ratio(row, ceiling.get(level), level)])
-    header = ["model", "concurrency", "llmflow serve"]
+        for level in entry["servers"]["llmflow"]:
+            for name in ours_names:
+                row = entry["servers"][name][level]
+                goal = 0.97 if level == "1" else 1.0
+                cells = [label, level, *([f"`{name}`"] if len(ours_names) > 1 else []), _server_cell(row)]
+                for peer in peers:
+                    other = entry["servers"][peer].get(level)
+                    rate = row["output_tok_s"] / other["output_tok_s"] if other else None
+                    cells += [_server_cell(other) if other else "-", target(rate, goal)]
+                rows.append([*cells, num(ceiling.get(level)), _ceiling_ratio(row, ceiling.get(level), level)])
+    header = ["model", "concurrency", *(["llmflow run"] if len(ours_names) > 1 else []), "llmflow serve"]
     for peer in peers:
         header += [f"`{peer}`", f"llmflow / `{peer}`"]
     header += ["llama-batched-bench decode", "llmflow / batched-bench"]
@@ -329,6 +338,16 @@ GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
     "gpu-llama-cpp-peers": (
         ("llama_cpp_gpu_h200_run6.json",),
         lambda files: llama_cpp_gpu(files[0]) + "\n" + llama_cpp_rounds(files[0]),
+    ),
+    "gpu-llama-cpp-variants": (
+        ("llama_cpp_gpu_h200_run7.json",),
+        lambda files: llama_cpp_gpu(files[0]) + "\n" + llama_cpp_rounds(files[0]),
+    ),
+    "gpu-llama-server-rounds": (
+        ("llama_cpp_gpu_h200_run8.json", "llama_cpp_gpu_h200_run9.json"),
+        lambda files: "\n".join(
+            f"**Run {i} of {len(files)}.** " + llama_cpp_rounds(d) for i, d in enumerate(files, start=1)
+        ),
     ),
     "gpu-llama-cpp-gap": (
         (

@@ -26,9 +26,10 @@ def test_gpu_script_starts(script):
     assert "usage:" in done.stdout
 
 
-def test_llama_server_variants_run_as_servers_of_their_own():
+def test_server_variants_run_as_servers_of_their_own():
     """`--llama-server-variant LABEL=FLAGS` adds llama-server once more, with those flags, on a
-    port of its own; llmflow's command is unchanged by it."""
+    port of its own, and `--llmflow-variant LABEL=ARGS` llmflow serve with more arguments; the
+    plain commands are unchanged by them."""
     import argparse
 
     sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
@@ -36,9 +37,9 @@ def test_llama_server_variants_run_as_servers_of_their_own():
 
     args = argparse.Namespace(
         bin=Path("bin"), concurrency=[1, 8], n_ctx=256, engine_option=["flash_attn=true"],
-        llama_server_variant=["backend-sampling=-bs"],
+        llama_server_variant=["backend-sampling=-bs"], llmflow_variant=["si=--switch-interval 0.5"],
     )  # fmt: skip
-    ports = {"llmflow": 1, "llama-server": 2, "llama-server backend-sampling": 3}
+    ports = {"llmflow": 1, "llmflow si": 4, "llama-server": 2, "llama-server backend-sampling": 3}
     commands = server_commands(args, Path("m.gguf"), ports)
     assert list(commands) == list(ports)
     plain, variant = commands["llama-server"], commands["llama-server backend-sampling"]
@@ -46,3 +47,7 @@ def test_llama_server_variants_run_as_servers_of_their_own():
     assert plain[plain.index("--parallel") :][:2] == ["--parallel", "8"]
     llmflow = commands["llmflow"]
     assert llmflow[llmflow.index("--port") + 1] == "1" and "flash_attn=true" in llmflow
+    assert commands["llmflow si"] == [
+        *llmflow[: llmflow.index("--port") + 1], "4", *llmflow[llmflow.index("--port") + 2 :],
+        "--switch-interval", "0.5",
+    ]  # fmt: skip

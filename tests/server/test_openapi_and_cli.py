@@ -104,6 +104,32 @@ def test_serve_help_and_bad_options():
     assert runner.invoke(cli, ["serve", "--parallel", "0"]).exit_code == 2
     result = runner.invoke(cli, ["serve", "--engine", "llama_cpp", "--parallel", "2"])
     assert result.exit_code == 2 and "one generation at a time" in result.output
+    result = runner.invoke(cli, ["serve", "--switch-interval", "0"])
+    assert result.exit_code == 2 and "--switch-interval" in result.output
+
+
+def test_a_foreground_server_sets_the_switch_interval_of_its_process(monkeypatch):
+    """`llmflow serve --switch-interval MS` owns its process, so it may set the GIL switch
+    interval; without the option Python's own stays."""
+    from types import SimpleNamespace
+
+    from llmflow.server import uvicorn_server
+
+    served = []
+    monkeypatch.setattr(
+        uvicorn_server,
+        "_server",
+        lambda *a, **k: SimpleNamespace(run=lambda: served.append(sys.getswitchinterval())),
+    )
+    state = SimpleNamespace(settings=SimpleNamespace(shutdown_grace_s=1.0), end_generations=lambda: None)
+    app = SimpleNamespace(state=SimpleNamespace(llmflow=state))
+    before = sys.getswitchinterval()
+    try:
+        uvicorn_server.run(app, "127.0.0.1", 0)
+        uvicorn_server.run(app, "127.0.0.1", 0, switch_interval_ms=0.5)
+    finally:
+        sys.setswitchinterval(before)
+    assert served == [before, pytest.approx(0.0005)]
 
 
 def _free_port() -> int:
@@ -128,6 +154,8 @@ def test_llmflow_serve_runs_a_server_with_the_key_from_the_environment(tmp_path)
         "n_ctx=512",
         "--parallel",
         "3",
+        "--switch-interval",
+        "0.5",
         "--log-level",
         "warning",
     ]
