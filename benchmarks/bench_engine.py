@@ -18,22 +18,14 @@ from llmflow import LLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import Recording, paired_ratios, spread
+from stream_timing import time_stream
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
 
 
 def run_llmflow(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
     llm.engine._llama.reset()
-    start = time.perf_counter()
-    first = None
-    tokens = 0
-    for chunk in llm.stream(PROMPT, {"temperature": 0.0, "max_tokens": max_tokens}, raw=True):
-        if chunk.is_final:
-            tokens = chunk.usage.completion_tokens
-        elif first is None:
-            first = time.perf_counter()
-    end = time.perf_counter()
-    return first - start, (tokens - 1) / (end - first), tokens
+    return time_stream(lambda: llm.stream(PROMPT, {"temperature": 0.0, "max_tokens": max_tokens}, raw=True))
 
 
 def run_raw(llm: LLM, max_tokens: int) -> tuple[float, float, int]:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.stream_timing import time_stream
 from llmflow import LLM, SamplingParams
 from llmflow.engines.exllamav2 import sampler_settings
 from tests.models import smollm2_tokenizer_dir
@@ -37,16 +38,7 @@ Run = tuple[float, float, int]  # TTFT s, decode tokens/s, tokens
 
 def run_llmflow(llm: LLM, params: SamplingParams) -> Run:
     llm.engine.clear_cache()
-    start = time.perf_counter()
-    first = None
-    tokens = 0
-    for chunk in llm.stream(PROMPT, params, raw=True):
-        if chunk.is_final:
-            tokens = chunk.usage.completion_tokens
-        elif first is None:
-            first = time.perf_counter()
-    end = time.perf_counter()
-    return first - start, (tokens - 1) / (end - first), tokens
+    return time_stream(lambda: llm.stream(PROMPT, params, raw=True))
 
 
 def run_raw(llm: LLM, params: SamplingParams) -> Run:

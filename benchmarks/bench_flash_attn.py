@@ -11,10 +11,10 @@ what it does for llmflow's own engines before their default follows. Each engine
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from benchmarks.record import Recording, paired_ratios, spread
+from benchmarks.stream_timing import time_stream
 from llmflow import LLM
 
 ENGINES = ("llama_cpp", "llama_cpp_batched")
@@ -23,20 +23,10 @@ PROMPT = " ".join(["Once upon a time, in a small village by the sea, there lived
 
 
 def one_stream(llm: LLM, max_tokens: int, run: int) -> tuple[float, float, int]:
-    """TTFT in s, decode tokens/s after the first token, tokens generated. The prompt starts with
-    the run's number, so no engine finds it cached from an earlier run."""
-    start = time.perf_counter()
-    first = None
-    tokens = 0
-    for chunk in llm.stream(
-        f"Story {run}. {PROMPT}", {"temperature": 0.0, "max_tokens": max_tokens}, raw=True
-    ):
-        if chunk.is_final:
-            tokens = chunk.usage.completion_tokens
-        elif first is None:
-            first = time.perf_counter()
-    end = time.perf_counter()
-    return first - start, (tokens - 1) / (end - first), tokens
+    """`time_stream` of one greedy answer. The prompt starts with the run's number, so no engine
+    finds it cached from an earlier run."""
+    params = {"temperature": 0.0, "max_tokens": max_tokens}
+    return time_stream(lambda: llm.stream(f"Story {run}. {PROMPT}", params, raw=True))
 
 
 def main() -> None:
