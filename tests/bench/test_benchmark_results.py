@@ -155,3 +155,14 @@ def test_the_recorded_command_names_no_local_paths():
     argv = [script, "--example-server", "/somewhere/else/server.py", "--rounds", "5"]
     expected = "python -m benchmarks.peers.compare_servers --example-server <server.py> --rounds 5"
     assert command_line(argv) == expected
+
+
+def test_two_renderings_that_differ_only_in_numbers_pass_the_document_diff():
+    from benchmarks.doc_diff import differences
+
+    first = "| c=1 | llmflow | 54.0 (28.8-59.2) | 1,234.5 |\nat commit `84ca4ec28a + changes` on 2026-12-02\n"
+    second = "| c=1 | llmflow | 62.2 (61.0-65.2) | 987.0 |\nat commit `2d728289b0` on 2026-12-03\n"
+    assert differences(first, second) == []
+    # a row, a label or a sentence that changed is reported
+    assert differences(first, first.replace("llmflow", "llmflow fa")) != []
+    assert differences(first, first + "| c=2 | llmflow | 1.0 | 2.0 |\n") != []
