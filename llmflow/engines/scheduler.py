@@ -199,7 +199,9 @@ def plan_step(running: Sequence[Request], n_batch: int, chunk: int, *, one_pass:
     decoding = sorted((r for r in running if r.pending == 1), key=lambda r: r.seq)
     budget = n_batch - len(decoding) if one_pass else chunk if decoding else n_batch
     prefill = []
-    for r in running:
+    for i, r in enumerate(running):
+        if _mate_computes_next_chunk(r, running[:i], chunk):
+            continue
         start = r.fed
         while len(r.tokens) - start > 1:
             end = min((start // chunk + 1) * chunk, len(r.tokens))
@@ -211,6 +213,29 @@ def plan_step(running: Sequence[Request], n_batch: int, chunk: int, *, one_pass:
         if budget <= 0:
             break
     return StepPlan([(r, _entry(r, r.fed, r.fed + 1)) for r in decoding], prefill)
+
+
+def shared_chunks(source: Request, request: Request, chunk: int, computed: int | None = None) -> int:
+    """How many tokens of `request`'s prompt `source` has computed (or will have, at `computed`)
+    in whole prompt chunks of its own: the same tokens from position 0, so the same numbers
+    (chunks are aligned to multiples of `chunk` in every request). Never `request`'s last prompt
+    token, whose logits give its first token, nor `source`'s generated tokens, which were
+    computed one at a time."""
+    done = source.fed if computed is None else computed
+    limit = min(done, source.prompt_len, request.prompt_len - 1) // chunk * chunk
+    n = 0
+    while n < limit and source.tokens[n : n + chunk] == request.tokens[n : n + chunk]:
+        n += chunk
+    return n
+
+
+def _mate_computes_next_chunk(r: Request, earlier: Sequence[Request], chunk: int) -> bool:
+    """`r` waits for this step when a request before it, at the same place in the same prompt,
+    will compute `r`'s next chunk: `r` copies it afterwards instead of computing it too."""
+    end = (r.fed // chunk + 1) * chunk
+    if end > r.prompt_len - 1:
+        return False  # its last chunk is its own (it holds the token that gives its logits)
+    return any(s.fed == r.fed and shared_chunks(s, r, chunk, computed=end) >= end for s in earlier)
 
 
 def _entry(r: Request, start: int, end: int) -> BatchEntry:
@@ -371,6 +396,7 @@ class BatchScheduler:
         self._compact()
         if not self._running:
             return
+        self._share_prefixes()
         plan = plan_step(self._running, self.n_batch, self.prefill_chunk, one_pass=self.one_pass)
         self._steps += 1
         if self.one_pass:
@@ -381,6 +407,24 @@ class BatchScheduler:
         for item in plan.prefill:
             if item[0].seq >= 0:  # not ended by a failed pass
                 self._forward([item])
+
+    def _share_prefixes(self) -> None:
+        """A request still computing its prompt takes the whole chunks of it that another running
+        request has computed already (a memory copy): concurrent chats that start with one long
+        system prompt compute it once, not once each."""
+        chunk = self.prefill_chunk
+        for r in self._running:
+            if r.fed + chunk > r.prompt_len - 1:
+                continue  # no whole chunk of its prompt left to take
+            best, most = None, r.fed
+            for s in self._running:
+                if s is not r and s.fed > most:
+                    n = shared_chunks(s, r, chunk)
+                    if n > most:
+                        best, most = s, n
+            if best is not None:
+                self.backend.copy(best.seq, r.seq)
+                r.fed = self.backend.truncate(r.seq, most)
 
     def _forward(self, planned: list[tuple[Request, BatchEntry]]) -> None:
         """One forward pass, then hand out the sampled tokens."""

@@ -190,6 +190,18 @@ def test_a_prompt_with_one_token_left_decodes_with_the_others():
     assert plan.prefill == [] and [(e.start, e.sample) for _, e in plan.decode] == [(8, True)]
 
 
+def test_a_request_waits_while_one_before_it_computes_the_same_next_chunk():
+    shared = list(range(1, 17))
+    first, second = _request(0, [*shared, 40, 41], 0), _request(1, [*shared, 50, 51, 52], 0)
+    other = _request(2, list(range(60, 80)), 0)
+    plan = plan_step([first, second, other], n_batch=64, chunk=8)
+    assert sorted({e.seq for _, e in plan.prefill}) == [0, 2]
+    # once its mate is ahead, it is no longer at the same place: it copies, then computes its own
+    first.fed = 16
+    plan = plan_step([first, second], n_batch=64, chunk=8)
+    assert (1, 0) in [(e.seq, e.start) for _, e in plan.prefill]
+
+
 def test_one_pass_fills_the_step_with_prompt_chunks_beside_the_decoding_tokens():
     busy = [_request(1, [5, 6, 7], 2), _request(0, list(range(1, 21)), 0), _request(2, list(range(1, 9)), 0)]
     plan = plan_step(busy, n_batch=24, chunk=8, one_pass=True)
@@ -292,6 +304,37 @@ def test_a_cached_prefix_in_another_free_sequence_is_copied():
         assert backend.kv[0][:24] == shared
     finally:
         scheduler.close()
+
+
+def test_concurrent_requests_with_one_long_prefix_compute_it_once():
+    """Chats that arrive together with one system prompt: the first computes it, the others
+    wait a step at a time and copy its whole chunks, and every answer is the one it gets alone."""
+    backend, scheduler = make(parallel=4, n_batch=16)
+    fed = []
+    backend.on_decode = lambda entries: fed.extend(len(e.tokens) for e in entries)
+    shared = prompt(2, 6 * CHUNK)
+    prompts = [[*shared, 100 + i, 200 + i, 300 + i] for i in range(4)]
+    try:
+        results = _read_all(
+            [submit(scheduler, p, params(6, seed=i), CancelToken()) for i, p in enumerate(prompts)]
+        )
+        settle(scheduler)
+    finally:
+        scheduler.close()
+    assert results == [alone(p, 6, seed=i) for i, p in enumerate(prompts)]
+    generated = sum(len(r) for r in results)
+    # the shared chunks once, each request's own 3 tokens, every generated token but the last fed back
+    assert sum(fed) == len(shared) + 4 * 3 + generated - 4
+
+
+def test_a_running_request_shares_only_whole_prompt_chunks():
+    from llmflow.engines.scheduler import shared_chunks
+
+    source = _request(0, [*range(1, 21), 7, 7], 22, prompt_len=20)  # 20 prompt tokens, 2 generated
+    # its generated tokens are not shared, nor the partial chunk [16, 20)
+    assert shared_chunks(source, _request(1, [*range(1, 21), 7, 7, 9], 0), 8) == 16
+    assert shared_chunks(source, _request(1, [*range(1, 12), 99, 5], 0), 8) == 8
+    assert shared_chunks(source, _request(1, [*range(1, 9)], 0), 8) == 0  # its last token is its own
 
 
 def test_a_cached_prefix_outlives_the_move_that_closes_its_gap():
