@@ -367,6 +367,10 @@ GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
 
 def gpu_section(name: str, results: Path) -> str:
     names, render = GPU_PARTS[name]
+    absent = [n for n in names if not (results / n).is_file()]
+    if absent:  # e.g. a smoke run's folder: `make bench` runs the CPU benchmarks only
+        listed = ", ".join(f"`{n}`" for n in absent)
+        return f"No result in this folder: {listed}, written on a GPU machine by the script named above.\n"
     files = [json.loads((results / n).read_text(encoding="utf-8")) for n in names]
     sources = ", ".join(f"`benchmarks/results/{n}`" for n in names)
     commands = "; ".join(f"`{d['command']}`" for d in files if "command" in d)

@@ -166,3 +166,11 @@ def test_two_renderings_that_differ_only_in_numbers_pass_the_document_diff():
     # a row, a label or a sentence that changed is reported
     assert differences(first, first.replace("llmflow", "llmflow fa")) != []
     assert differences(first, first + "| c=2 | llmflow | 1.0 | 2.0 |\n") != []
+
+
+def test_a_folder_without_the_gpu_results_renders_the_gpu_parts_as_absent(tmp_path):
+    """`render --results benchmarks/results/quick` (a smoke run of the CPU benchmarks) must not
+    fail on the GPU parts, whose files only a GPU machine writes."""
+    text = "<!-- BEGIN GENERATED: gpu-exllamav2 -->\nold\n<!-- END GENERATED: gpu-exllamav2 -->\n"
+    rendered = render.render_text(text, tmp_path)
+    assert "No result in this folder: `exllamav2_gpu_8b_r11.json`" in rendered
