@@ -1,6 +1,6 @@
 """Do two renderings of a document differ in more than their numbers? `make bench` run twice
-must change only figures (and the commits, dates and load averages a result records), never a
-table's shape, a row, a label or the prose around it.
+must change only figures (and what follows from them: commits, dates, load averages, whether a
+target was met), never a table's shape, a row, a label or the prose around it.
 
     python -m benchmarks.doc_diff FIRST.md SECOND.md   # exit 1 and the differing lines if so
 """
@@ -13,9 +13,12 @@ import re
 import sys
 from pathlib import Path
 
-#: a figure as the renderer writes it (1,234.5, -0.8, 12%, 0.97) or a commit hash with its
-#: "+ changes" mark, or a date
-_FIGURE = re.compile(r"`[0-9a-f]{7,40}( \+ changes)?`|\d{4}-\d{2}-\d{2}|-?\d[\d,]*(\.\d+)?")
+#: a figure as the renderer writes it (1,234.5, -0.8, 12%, 0.97), a commit hash with its
+#: "+ changes" mark, a date, or a verdict the renderer derives from figures (a target met or
+#: missed, a peer ahead or behind)
+_FIGURE = re.compile(
+    r"`[0-9a-f]{7,40}( \+ changes)?`|\d{4}-\d{2}-\d{2}|-?\d[\d,]*(\.\d+)?|\b(met|missed|ahead|behind)\b"
+)
 
 
 def masked(text: str) -> list[str]:

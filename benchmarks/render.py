@@ -33,8 +33,17 @@ def load(results: Path, name: str) -> tuple[Result | None, str | None]:
         except (OSError, json.JSONDecodeError):
             continue
         if document.get("schema") == SCHEMA:
-            return document, f"benchmarks/results/{path.relative_to(results).as_posix()}"
+            return document, _shown(path, results)
     return None, None
+
+
+def _shown(path: Path, results: Path) -> str:
+    """A result's path from the repository's root (a folder outside it, as tests use, stands in
+    for `benchmarks/results/`)."""
+    try:
+        return path.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        return f"benchmarks/results/{path.relative_to(results).as_posix()}"
 
 
 # -- numbers ------------------------------------------------------------------------------------

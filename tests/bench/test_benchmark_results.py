@@ -163,6 +163,7 @@ def test_two_renderings_that_differ_only_in_numbers_pass_the_document_diff():
     first = "| c=1 | llmflow | 54.0 (28.8-59.2) | 1,234.5 |\nat commit `84ca4ec28a + changes` on 2026-12-02\n"
     second = "| c=1 | llmflow | 62.2 (61.0-65.2) | 987.0 |\nat commit `2d728289b0` on 2026-12-03\n"
     assert differences(first, second) == []
+    assert differences("ratio 0.97 (target >= 0.98): missed", "ratio 0.99 (target >= 0.98): met") == []
     # a row, a label or a sentence that changed is reported
     assert differences(first, first.replace("llmflow", "llmflow fa")) != []
     assert differences(first, first + "| c=2 | llmflow | 1.0 | 2.0 |\n") != []
