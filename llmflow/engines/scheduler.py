@@ -200,7 +200,7 @@ def plan_step(running: Sequence[Request], n_batch: int, chunk: int, *, one_pass:
     budget = n_batch - len(decoding) if one_pass else chunk if decoding else n_batch
     prefill = []
     for i, r in enumerate(running):
-        if _mate_computes_next_chunk(r, running[:i], chunk):
+        if r.fed < r.prompt_len - 1 and _mate_computes_next_chunk(r, running[:i], chunk):
             continue
         start = r.fed
         while len(r.tokens) - start > 1:
