@@ -240,6 +240,13 @@ def step_shapes(d: Result) -> str:
     )
 
 
+def failed_and_resent(row: dict) -> str:
+    """Failed requests, and those sent twice because the server dropped the first unanswered
+    (results written before the bench resent such requests have no count)."""
+    resent = row.get("resent", 0)
+    return f"{row['failed']} ({resent} resent)" if resent else str(row["failed"])
+
+
 def peers(d: Result) -> str:
     s, c = d["summary"], d["config"]
     header = ["workload", "server", "output tok/s", "TTFT p50 s", "TTFT p99 s", "ITL p50 ms", "ITL p99 ms",
@@ -252,7 +259,7 @@ def peers(d: Result) -> str:
                     workload, server, med(r["output_tok_s"]),
                     med(r["ttft_p50_s"], 2), med(r["ttft_p99_s"], 2),
                     med(r["itl_p50_s"], 1, 1000), med(r["itl_p99_s"], 1, 1000), med(r["tpot_p50_s"], 1, 1000),
-                    str(r["failed"]),
+                    failed_and_resent(r),
                 ]
             )  # fmt: skip
     fresh = ", new prompts in every round" if c.get("seeds") else ""

@@ -253,6 +253,7 @@ def summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
             summaries = [level_summary(d) for d in documents]
             row = {name: spread(pick(s, k, stat) for s in summaries) for name, (k, stat) in figures.items()}
             row["failed"] = sum(s.get("failed", 0) for s in summaries)
+            row["resent"] = sum(s.get("resent", 0) for s in summaries)
             row["rounds"] = len(documents)
             result[key][server] = row
     return result

@@ -73,6 +73,11 @@ class _Failed(Exception):
         self.message = message
 
 
+class _Unanswered(Exception):
+    """The server closed the connection before any byte of a response (a kept-alive
+    connection it had dropped): the request never reached it, so it may be sent again."""
+
+
 class _UsageRejected(Exception):
     def __init__(self, failure: _Failed):
         super().__init__(failure.message)
@@ -114,7 +119,7 @@ class HttpBackend:
         record = RequestRecord(spec.index, spec_prompt_tokens=spec.prompt_tokens)
         try:
             try:
-                await self._stream(spec, record, include_usage)
+                await self._stream_resending_once(spec, record, include_usage)
             except _UsageRejected as rejected:
                 record = RequestRecord(spec.index, spec_prompt_tokens=spec.prompt_tokens)
                 await self._retry_without_usage(spec, record, rejected.failure)
@@ -131,9 +136,22 @@ class HttpBackend:
                 record.ended_at = time.perf_counter()
         return record
 
+    async def _stream_resending_once(
+        self, spec: RequestSpec, record: RequestRecord, include_usage: bool
+    ) -> None:
+        """Send again, once, a request the server dropped unanswered, as HTTP clients (the
+        `openai` client among them) do with a pooled connection the server had closed. The
+        record keeps the first send time, so the lost attempt counts in its TTFT, and says
+        `resent`."""
+        try:
+            await self._stream(spec, record, include_usage)
+        except _Unanswered:
+            record.resent = True
+            await self._stream(spec, record, include_usage)
+
     async def _retry_without_usage(self, spec: RequestSpec, record: RequestRecord, first: _Failed) -> None:
         try:
-            await self._stream(spec, record, include_usage=False)
+            await self._stream_resending_once(spec, record, include_usage=False)
         except _Failed as exc:
             if exc.kind is ErrorKind.HTTP_STATUS:
                 raise first from None  # the refusal was not about stream_options
@@ -142,21 +160,34 @@ class HttpBackend:
 
     async def _stream(self, spec: RequestSpec, record: RequestRecord, include_usage: bool) -> None:
         body = self._body(spec, include_usage)
-        record.sent_at = time.perf_counter()
-        async with self._client.stream("POST", self.endpoint.url, json=body) as response:
-            if not response.is_success:
-                failure = await self._status_failure(response)
-                if include_usage and response.status_code in (400, 422):
-                    raise _UsageRejected(failure)
-                raise failure
-            content_type = response.headers.get("content-type", "")
-            if content_type.startswith("application/json"):
-                raise _Failed(
-                    ErrorKind.NOT_STREAMING,
-                    f"{self.endpoint.url} answered with one JSON body ({content_type}) instead of an "
-                    'SSE stream (text/event-stream): the server does not stream or ignored "stream": true',
-                )
-            await self._read_events(response, record)
+        if not record.resent:
+            record.sent_at = time.perf_counter()
+        answered = False
+        try:
+            async with self._client.stream("POST", self.endpoint.url, json=body) as response:
+                answered = True
+                await self._read_response(response, record, include_usage)
+        except httpx.RemoteProtocolError as exc:
+            if answered or record.resent:
+                raise
+            raise _Unanswered(str(exc)) from exc
+
+    async def _read_response(
+        self, response: httpx.Response, record: RequestRecord, include_usage: bool
+    ) -> None:
+        if not response.is_success:
+            failure = await self._status_failure(response)
+            if include_usage and response.status_code in (400, 422):
+                raise _UsageRejected(failure)
+            raise failure
+        content_type = response.headers.get("content-type", "")
+        if content_type.startswith("application/json"):
+            raise _Failed(
+                ErrorKind.NOT_STREAMING,
+                f"{self.endpoint.url} answered with one JSON body ({content_type}) instead of an "
+                'SSE stream (text/event-stream): the server does not stream or ignored "stream": true',
+            )
+        await self._read_events(response, record)
 
     async def _read_events(self, response: httpx.Response, record: RequestRecord) -> None:
         parser = SSEParser()

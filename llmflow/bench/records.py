@@ -83,6 +83,8 @@ class RequestRecord:
     tokenizer_output_tokens: int | None = None
     spec_prompt_tokens: int | None = None
     error: RequestError | None = None
+    #: sent a second time because the server closed the connection without answering the first
+    resent: bool = False
 
     @property
     def ok(self) -> bool:
@@ -152,6 +154,7 @@ class RequestRecord:
             "prompt_tokens": prompt_tokens,
             "finish_reason": self.finish_reason,
             "error": self.error.to_dict() if self.error else None,
+            "resent": self.resent,
         }
 
 

@@ -13,13 +13,16 @@ Units: every duration is in seconds (`*_s`); throughputs are per second.
 - `output_tokens`: `usage.completion_tokens` when the server sent it, else the answer's text
   re-tokenized with the model's tokenizer, else the number of text chunks; the
   `output_tokens_source` of each request says which.
+- `resent`: the server closed the connection without answering (a kept-alive connection it had
+  dropped), so the request was sent once more; its times count from the first send.
+  (Version 2 added it, per request and as a count in each summary.)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _NUMBER_OR_NULL = {"type": ["number", "null"]}
 _INT_OR_NULL = {"type": ["integer", "null"]}
@@ -84,6 +87,7 @@ REQUEST = _closed(
         "prompt_tokens": _INT_OR_NULL,
         "finish_reason": _STRING_OR_NULL,
         "error": _ERROR,
+        "resent": {"type": "boolean"},
     }
 )
 
@@ -91,6 +95,7 @@ SUMMARY = _closed(
     {
         "completed": {"type": "integer", "minimum": 0},
         "failed": {"type": "integer", "minimum": 0},
+        "resent": {"type": "integer", "minimum": 0},
         "duration_s": {"type": "number"},
         "request_throughput": _NUMBER_OR_NULL,
         "output_throughput": _NUMBER_OR_NULL,

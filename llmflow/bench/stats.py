@@ -55,6 +55,7 @@ def summarize(records: Sequence[RequestRecord], duration_s: float) -> dict[str, 
     return {
         "completed": len(ok),
         "failed": len(records) - len(ok),
+        "resent": sum(r.resent for r in records),
         "duration_s": round(duration_s, 6),
         "request_throughput": _rate(len(ok), duration_s),
         "output_throughput": _rate(sum(tokens), duration_s),

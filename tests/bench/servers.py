@@ -55,8 +55,9 @@ def _wait_ready(process: subprocess.Popen, url: str, log: Path, timeout_s: float
     raise RuntimeError(f"the server did not answer within {timeout_s} s:\n{log.read_text()[-3000:]}")
 
 
-#: (status, headers, body pieces) — pieces are sent one by one, a float is a pause in seconds
-Reply = tuple[int, dict[str, str], list[bytes | float]]
+#: (status, headers, body pieces) — pieces are sent one by one, a float is a pause in seconds;
+#: None closes the connection without answering
+Reply = tuple[int, dict[str, str], list[bytes | float]] | None
 
 
 @contextmanager
@@ -80,7 +81,11 @@ def scripted_server(reply: Callable[[int, dict], Reply]) -> Iterator[str]:
             body = json.loads(self.rfile.read(length) or b"{}")
             with lock:
                 number = next(counter)
-            self._send(*reply(number, body))
+            answer = reply(number, body)
+            if answer is None:
+                self.close_connection = True  # not a byte sent
+                return
+            self._send(*answer)
 
         def _send(self, status: int, headers: dict[str, str], pieces: list[bytes | float]) -> None:
             self.send_response(status)

@@ -63,6 +63,23 @@ def test_non_streaming_server_is_named_as_such():
     assert "instead of an SSE stream" in records[0]["error"]["message"]
 
 
+def test_a_request_the_server_drops_unanswered_is_sent_once_more():
+    """A kept-alive connection the server had closed: HTTP clients send the request again."""
+    with scripted_server(lambda n, body: None if n == 1 else (200, SSE, good_stream())) as url:
+        document = run_bench(options(url, requests=3))
+    records = requests_of(document)
+    assert [(r["ok"], r["resent"]) for r in records] == [(True, False), (True, True), (True, False)]
+    assert document["levels"][0]["summary"]["resent"] == 1 and records[1]["chunks"] == 3
+
+
+def test_a_request_dropped_twice_fails_naming_the_broken_connection():
+    with scripted_server(lambda n, body: None) as url:
+        document = run_bench(options(url, requests=1))
+    (record,) = requests_of(document)
+    assert record["resent"] and record["error"]["kind"] == "incomplete"
+    assert "Server disconnected without sending a response" in record["error"]["message"]
+
+
 def test_malformed_sse_keeps_what_came_before_and_the_other_requests():
     def reply(number: int, body: dict):
         if number % 2 == 0:

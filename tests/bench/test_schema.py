@@ -13,7 +13,7 @@ def test_the_schema_is_valid_json_schema():
 
 
 def test_pinned_version_and_fields():
-    assert SCHEMA_VERSION == 1
+    assert SCHEMA_VERSION == 2
     assert sorted(RESULTS["properties"]) == [
         "aborted", "config", "levels", "llmflow_version", "notes", "schema_version", "started_at", "target",
         "tool", "warmup",
@@ -21,13 +21,13 @@ def test_pinned_version_and_fields():
     assert sorted(LEVEL["properties"]) == ["concurrency", "label", "request_rate", "requests", "summary"]
     assert sorted(SUMMARY["properties"]) == [
         "completed", "duration_s", "e2e_s", "errors", "failed", "itl_s", "output_throughput",
-        "output_tokens_sources", "request_throughput", "total_output_tokens", "total_prompt_tokens", "tpot_s",
-        "ttft_s",
+        "output_tokens_sources", "request_throughput", "resent", "total_output_tokens", "total_prompt_tokens",
+        "tpot_s", "ttft_s",
     ]  # fmt: skip
     assert sorted(REQUEST["properties"]) == [
         "chunks", "e2e_s", "error", "finish_reason", "index", "itl_s", "ok", "output_tokens",
-        "output_tokens_source", "prompt_tokens", "start_s", "tokenizer_output_tokens", "tpot_s", "ttft_s",
-        "usage_output_tokens",
+        "output_tokens_source", "prompt_tokens", "resent", "start_s", "tokenizer_output_tokens", "tpot_s",
+        "ttft_s", "usage_output_tokens",
     ]  # fmt: skip
     for part in (RESULTS, LEVEL, SUMMARY, REQUEST):
         assert part["additionalProperties"] is False  # an unknown field fails validation
