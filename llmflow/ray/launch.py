@@ -50,7 +50,11 @@ def serve_on_ray(
 
     app = application(models, settings, scaling, metrics_port)
     joined = _connect(ray, address)
-    signal.signal(signal.SIGTERM, _stop)  # after ray.init, which sets a handler that skips cleanup
+    # after ray.init, which sets a SIGTERM handler that skips cleanup; SIGINT too, since a process
+    # started in a shell script's background inherits it ignored (uvicorn does the same for
+    # `llmflow serve` without Ray)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _stop)
     try:
         serve.start(
             http_options={
@@ -75,7 +79,7 @@ def serve_on_ray(
 
 
 def _stop(signum: int, frame: object) -> None:
-    """SIGTERM stops the server as Ctrl-C does."""
+    """SIGINT and SIGTERM stop the server as Ctrl-C does at a terminal."""
     raise KeyboardInterrupt
 
 
