@@ -73,9 +73,10 @@ class _Failed(Exception):
         self.message = message
 
 
-class _Unanswered(Exception):
+class _Unanswered(httpx.RemoteProtocolError):
     """The server closed the connection before any byte of a response (a kept-alive
-    connection it had dropped): the request never reached it, so it may be sent again."""
+    connection it had dropped): the request never reached it, so it may be sent again. Not
+    caught, it is the transport error it wraps."""
 
 
 class _UsageRejected(Exception):
@@ -143,6 +144,7 @@ class HttpBackend:
         `openai` client among them) do with a pooled connection the server had closed. The
         record keeps the first send time, so the lost attempt counts in its TTFT, and says
         `resent`."""
+        record.sent_at = time.perf_counter()
         try:
             await self._stream(spec, record, include_usage)
         except _Unanswered:
@@ -160,15 +162,13 @@ class HttpBackend:
 
     async def _stream(self, spec: RequestSpec, record: RequestRecord, include_usage: bool) -> None:
         body = self._body(spec, include_usage)
-        if not record.resent:
-            record.sent_at = time.perf_counter()
         answered = False
         try:
             async with self._client.stream("POST", self.endpoint.url, json=body) as response:
                 answered = True
                 await self._read_response(response, record, include_usage)
         except httpx.RemoteProtocolError as exc:
-            if answered or record.resent:
+            if answered:
                 raise
             raise _Unanswered(str(exc)) from exc
 
