@@ -194,6 +194,28 @@ def server_cpu(d: Result) -> str:
     )
 
 
+def serving_steps(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    servers = ["default", *(v.split("=", 1)[0] for v in c["variant"])]
+    header = ["streams", "ceiling tok/s", "in process tok/s"]
+    for name in servers:
+        label = "llmflow serve" if name == "default" else f"llmflow serve {name}"
+        header += [f"{label} tok/s (ITL p50 ms)", "/ in process"]
+    rows = []
+    for level, row in s.items():
+        cells = [level, num(row["ceiling_tokens_per_s"], 0), med(row["in_process_tokens_per_s"], 0)]
+        for name in servers:
+            r = row[name]
+            cells += [f"{med(r['output_tokens_per_s'], 0)} ({med(r['itl_p50_ms'])})", num(r["over_in_process"], 2)]
+        rows.append(cells)
+    return (
+        f"A step of every running stream sleeps {num(c['step_ms'])} ms (one pass, as on a GPU); "
+        f"{c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, {c['waves']} waves a level; "
+        f"median (min-max) of {c['rounds']} rounds, the servers alternating.\n\n"
+        + table(header, rows)
+    )
+
+
 def batching(d: Result) -> str:
     s, c = d["summary"], d["config"]
     widths = [str(w) for w in c["widths"]]
@@ -533,7 +555,7 @@ RENDERERS: dict[str, Callable[[Result], str]] = {
     "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "server_cpu": server_cpu,
     "batching": batching, "step_shapes": step_shapes,
     "peers": peers, "peers_prefix": peers, "peers_chunk": peers, "peers_onepass": peers,
-    "peers_fa": peers, "cpu_steps": cpu_steps,
+    "peers_fa": peers, "cpu_steps": cpu_steps, "serving_steps": serving_steps,
     "spark": spark, "surface": surface, "soak": soak, "load": soak,
     "constraint_libraries": constraint_libraries, "constraints": constraints, "ray": ray,
 }  # fmt: skip

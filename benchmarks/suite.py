@@ -123,6 +123,14 @@ SUITE: tuple[Benchmark, ...] = (
         "llama-batched-bench against the batching engine's steps at 16 streams, flash attention off and on",
     ),
     Benchmark(
+        "serving_steps", "benchmarks.bench_serving_steps",
+        ("--concurrency", "8,32,64", "--rounds", "5", "--variant", "switch_0.5ms=--switch-interval 0.5"),
+        ("--concurrency", "8,64", "--rounds", "1", "--max-tokens", "32", "--variant",
+         "switch_0.5ms=--switch-interval 0.5", "--quick"),
+        "llmflow serve over a model-less engine whose steps sleep as a GPU's take: the serving's "
+        "own cost at 8-64 streams, Python's GIL switch interval against 0.5 ms",
+    ),
+    Benchmark(
         "spark", "benchmarks.bench_spark",
         ("--prompts", "64", "--max-tokens", "64", "--rounds", "5", "--skip-oversubscribed"),
         ("--prompts", "8", "--max-tokens", "16", "--rounds", "1", "--skip-oversubscribed"),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import platform
 import random
@@ -321,7 +322,12 @@ def step_split(run: Run, label: str, model: Path) -> dict[str, Any]:
 
 
 def engine_runs(
-    run: Run, label: str, model: Path, extra_options: list[str], workloads: list[str]
+    run: Run,
+    label: str,
+    model: Path,
+    extra_options: list[str],
+    workloads: list[str],
+    keep: list[dict[str, float]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """`step_split` for each workload ("PROMPT/ANSWER" tokens) on one engine: a warm-up wave
     (before the first workload only), then a measured wave of `parallel` generations. Besides the
@@ -337,40 +343,8 @@ def engine_runs(
     options: dict[str, Any] = {"parallel": parallel, "n_ctx": args.n_ctx}
     options.update(_parse_options([*args.engine_option, *extra_options]))
     engine = LlamaCppBatchedEngine.load(model, **options)
-    backend, scheduler = engine._backend, engine._scheduler
     steps: list[dict[str, float]] = []
-    current: dict[str, float] = {}
-
-    def timed(name: str, fn: Any) -> Any:
-        def wrapper(*a: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return fn(*a)
-            finally:
-                current[name] = current.get(name, 0.0) + time.perf_counter() - t0
-
-        return wrapper
-
-    backend.fill = timed("fill_s", backend.fill)
-    backend.compute = timed("gpu_s", backend.compute)
-    inner_sample = timed("sample_s", backend.sample)
-
-    def sample(samples: Any) -> Any:
-        current["sampled"] = current.get("sampled", 0) + len(samples)
-        return inner_sample(samples)
-
-    backend.sample = sample
-    inner_step = scheduler._step
-
-    def step() -> None:
-        current.clear()
-        t0 = time.perf_counter()
-        inner_step()
-        total = time.perf_counter() - t0
-        batch = backend._batch.n_tokens
-        steps.append({"step_s": total, "tokens": batch, **current})
-
-    scheduler._step = step
+    time_steps(engine, steps)
     rng = random.Random(args.seed)
     vocab = engine._vocab.n_vocab
     results: dict[str, dict[str, Any]] = {}
@@ -398,10 +372,52 @@ def engine_runs(
                 wall = time.perf_counter() - t0
                 run.log(f"{label} {workload} in process ({attempt}): {len(steps)} steps in {wall:.2f} s")
             results[workload] = _split_of(steps, counts, wall, parallel, options)
+            if keep is not None:  # the measured wave's steps
+                keep.extend(steps)
             run.log(f"{label} {workload} in process: {results[workload]['generated_tok_s']:.0f} tok/s")
     finally:
         engine.close()
     return results
+
+
+def time_steps(engine: Any, steps: list[dict[str, float]]) -> None:
+    """Append a record of every step of `engine` (the batched llama.cpp engine) to `steps`: its
+    start, its wall time, the batch's tokens, and the time in `fill` (writing the batch), `compute`
+    (the forward pass, waited for) and `sample` (wall and this thread's CPU: a gap between the two
+    is time spent waiting for the GIL)."""
+    backend, scheduler = engine._backend, engine._scheduler
+    current: dict[str, float] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any) -> Any:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*a)
+            finally:
+                current[name] = current.get(name, 0.0) + time.perf_counter() - t0
+                current[name + "_cpu"] = current.get(name + "_cpu", 0.0) + time.thread_time() - c0
+
+        return wrapper
+
+    backend.fill = timed("fill_s", backend.fill)
+    backend.compute = timed("gpu_s", backend.compute)
+    inner_sample = timed("sample_s", backend.sample)
+
+    def sample(samples: Any) -> Any:
+        current["sampled"] = current.get("sampled", 0) + len(samples)
+        return inner_sample(samples)
+
+    backend.sample = sample
+    inner_step = scheduler._step
+
+    def step() -> None:
+        current.clear()
+        t0 = time.perf_counter()
+        inner_step()
+        total = time.perf_counter() - t0
+        steps.append({"start": t0, "step_s": total, "tokens": backend._batch.n_tokens, **current})
+
+    scheduler._step = step
 
 
 def _split_of(
@@ -530,6 +546,131 @@ def serve_with_sampling(kind: str, argv: list[str]) -> None:
     sys.argv = ["llmflow", *argv]
     with sampling_as(kind):
         app()
+
+
+def logits_holding_gil() -> None:
+    """The engine's `llama_get_logits` called without letting go of the GIL (ctypes' PYFUNCTYPE
+    on the same symbol): it only returns a pointer once the pass is waited for, and a call that
+    lets go of the GIL lets the event loop take it, for up to a switch interval."""
+    import ctypes
+
+    from llmflow.engines.llama_cpp_batched import LlamaStepBackend
+
+    def rows(self: Any, n: int) -> Any:
+        import numpy as np
+
+        if n == 0:
+            return np.empty((0, self._n_vocab), dtype=np.float32)
+        get = self.__dict__.get("_get_logits_gil")
+        if get is None:
+            f = self._lib.llama_get_logits
+            get = self._get_logits_gil = ctypes.PYFUNCTYPE(f.restype, *f.argtypes)(
+                ctypes.cast(f, ctypes.c_void_p).value
+            )
+        return np.ctypeslib.as_array(get(self._ctx), shape=(n, self._n_vocab))
+
+    LlamaStepBackend._rows = rows  # type: ignore[method-assign]
+
+
+def serve_timing_steps(steps_out: str, patch: str, argv: list[str]) -> None:
+    """`llmflow ARGV...` whose engine times its steps as `engine_runs` does (written to STEPS_OUT
+    as JSON when the server exits); PATCH "logits_gil" applies `logits_holding_gil`. uvicorn
+    raises the SIGTERM it stopped on again once it has shut down: the handler it then finds is
+    this one, which writes the steps."""
+    import signal
+
+    from llmflow.cli import app
+    from llmflow.engines.llama_cpp_batched import LlamaCppBatchedEngine
+
+    if patch == "logits_gil":
+        logits_holding_gil()
+    steps: list[dict[str, float]] = []
+    load = LlamaCppBatchedEngine.load.__func__  # type: ignore[attr-defined]
+
+    def timed_load(cls: Any, model_path: Any, **options: Any) -> Any:
+        engine = load(cls, model_path, **options)
+        time_steps(engine, steps)
+        return engine
+
+    LlamaCppBatchedEngine.load = classmethod(timed_load)  # type: ignore[method-assign]
+
+    def write_and_exit(*_: Any) -> None:
+        Path(steps_out).write_text(json.dumps(steps))
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, write_and_exit)
+    sys.argv = ["llmflow", *argv]
+    app()
+
+
+#: name -> (more llmflow serve arguments, patch of the server's engine)
+SERVED_VARIANTS: dict[str, tuple[list[str], str]] = {
+    "default": ([], "none"),
+    "switch_0.5ms": (["--switch-interval", "0.5"], "none"),
+    "logits_gil": ([], "logits_gil"),
+    "logits_gil_switch_0.5ms": (["--switch-interval", "0.5"], "logits_gil"),
+}
+
+
+def served_steps(run: Run, label: str, model: Path) -> dict[str, Any]:
+    """The engine's steps timed inside `llmflow serve` at full concurrency (the full-width decode
+    steps' split, as in process), beside the same engine in process: where a served step's extra
+    time goes. Server variants: the GIL switch interval, `llama_get_logits` holding the GIL."""
+    args = run.args
+    level = max(args.concurrency)
+    workloads = ["8/512", "128/128"]
+    out: dict[str, Any] = {"concurrency": level, "workloads": workloads, "in_process": {}, "servers": {}}
+    run.doc["models"][label]["served_steps"] = out
+    with tempfile.TemporaryDirectory() as folder:
+        ports = {name: free_port() for name in SERVED_VARIANTS}
+        files = {name: Path(folder) / f"{name}.json" for name in SERVED_VARIANTS}
+        commands = {}
+        for name, (extra, patch) in SERVED_VARIANTS.items():
+            command = llmflow_command(args, model, ports[name], extra_args=extra)
+            commands[name] = [sys.executable, str(Path(__file__).resolve()), "--serve-timing-steps",
+                              str(files[name]), patch, *command[3:]]  # fmt: skip
+        jobs = [
+            (name, workload, {"concurrency": level, "prompt_tokens": p, "max_tokens": m, "usage": True})
+            for workload in workloads
+            for name in SERVED_VARIANTS
+            for p, m in [GAP_WORKLOADS[workload]]
+        ]
+        documents = alternated(run, f"{label} served steps", commands, ports, jobs)
+        for name in SERVED_VARIANTS:
+            steps = json.loads(files[name].read_text()) if files[name].exists() else []
+            out["servers"][name] = {
+                "command": _portable(commands[name]),
+                "rows": {w: _server_rows({level: docs})[str(level)] for w, docs in documents[name].items()},
+                "full_steps": _full_step_split(steps, level),
+            }
+    run.save()
+    for workload in workloads:
+        steps_in: list[dict[str, float]] = []
+        result = engine_runs(run, f"{label} served steps", model, [], [workload], steps_in)
+        out["in_process"][workload] = {**result[workload], "full_steps": _full_step_split(steps_in, level)}
+        run.save()
+    return out
+
+
+def _full_step_split(steps: list[dict[str, float]], parallel: int) -> dict[str, Any] | None:
+    """Medians over the full-width decode steps: each part's wall time, the sampling's CPU time,
+    and the period from one step's start to the next (the time between steps included)."""
+    full = [s for s in steps if s["tokens"] == parallel and s.get("sampled") == parallel and "gpu_s" in s]
+    if not full:
+        return None
+    period = {a["start"]: b["start"] - a["start"] for a, b in itertools.pairwise(steps)}
+    med = statistics.median
+    rest = [s["step_s"] - s["gpu_s"] - s.get("sample_s", 0.0) - s.get("fill_s", 0.0) for s in full]
+    return {
+        "steps": len(full),
+        "step_ms": med(s["step_s"] for s in full) * 1e3,
+        "period_ms": med(period[s["start"]] for s in full if s["start"] in period) * 1e3,
+        "fill_ms": med(s.get("fill_s", 0.0) for s in full) * 1e3,
+        "gpu_ms": med(s["gpu_s"] for s in full) * 1e3,
+        "sample_ms": med(s.get("sample_s", 0.0) for s in full) * 1e3,
+        "sample_cpu_ms": med(s.get("sample_s_cpu", 0.0) for s in full) * 1e3,
+        "rest_ms": med(rest) * 1e3,
+    }
 
 
 def gap(run: Run, label: str, model: Path) -> dict[str, Any]:
@@ -693,6 +834,10 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--gap", action="store_true", help="split the distance to llama-batched-bench")
     parser.add_argument(
+        "--served-steps", action="store_true",
+        help="the engine's steps timed inside llmflow serve against in process (first model, top level)",
+    )  # fmt: skip
+    parser.add_argument(
         "--reference-transformers", type=Path, help="a Hugging Face directory of the same shape"
     )
     parser.add_argument("--seed", type=int, default=0)
@@ -711,6 +856,9 @@ def main() -> None:
     for label, path in models.items():
         model = Path(path)
         entry: dict[str, Any] = run.doc["models"].setdefault(label, {"file": model.name})
+        if args.served_steps and label == next(iter(models)):
+            served_steps(run, label, model)
+            run.save()
         if args.gap and label == next(iter(models)):
             with _skipping(args, [] if not args.table else args.skip):
                 gap(run, label, model)
@@ -777,5 +925,7 @@ def _table(doc: dict[str, Any]) -> dict[str, Any]:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve-with-sampling"]:
         serve_with_sampling(sys.argv[2], sys.argv[3:])
+    elif sys.argv[1:2] == ["--serve-timing-steps"]:
+        serve_timing_steps(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
         main()

@@ -214,6 +214,12 @@ class Engine(ABC):
         """Scheduler numbers for the server's metrics (a batching engine); None otherwise."""
         return None
 
+    @property
+    def steps_on_gpu(self) -> bool:
+        """True when a batching engine's decode thread waits on a GPU at every step: a server then
+        hands it the GIL back sooner (see `llmflow.server.uvicorn_server.switch_interval_for`)."""
+        return False
+
     def memory_bytes(self) -> int | None:
         """What the loaded model holds, estimated (weights as loaded, the KV cache as allocated;
         see `engines/memory.py`): what a server's `--max-memory` counts. None: cannot tell."""

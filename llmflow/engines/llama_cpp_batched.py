@@ -110,6 +110,8 @@ class BatchShape:
     kv_unified: bool
     #: one `llama_decode` per step for decoding tokens and prompt chunks together
     one_pass: bool
+    #: the model's layers run on a GPU
+    on_gpu: bool = False
 
 
 def batch_shape(
@@ -133,13 +135,17 @@ def batch_shape(
         raise InvalidParams.single(
             "n_batch", f"must be at least parallel ({parallel}): each step decodes a token per sequence"
         )
-    chunk = options.prefill_chunk or min(n_batch, GPU_PREFILL_CHUNK if on_gpu else CPU_PREFILL_CHUNK)
-    if chunk > n_batch:
-        raise InvalidParams.single("prefill_chunk", f"must be at most n_batch ({n_batch})")
     one_pass = options.one_pass
     if one_pass is None:
         one_pass = on_gpu or options.kv_unified
-    return BatchShape(parallel, n_batch, chunk, options.kv_unified, one_pass)
+    # in one pass a prompt chunk shares the batch with a token of every other sequence: a chunk
+    # that does not fit beside them would wait until enough of them have ended
+    room = n_batch - parallel + 1 if one_pass else n_batch
+    chunk = options.prefill_chunk or min(room, GPU_PREFILL_CHUNK if on_gpu else CPU_PREFILL_CHUNK)
+    if chunk > room:
+        limit = f"n_batch - parallel + 1 ({room}) in one pass" if one_pass else f"n_batch ({n_batch})"
+        raise InvalidParams.single("prefill_chunk", f"must be at most {limit}")
+    return BatchShape(parallel, n_batch, chunk, options.kv_unified, one_pass, on_gpu)
 
 
 class LlamaCppBatchedEngine(VocabMethods, Engine):
@@ -207,6 +213,10 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
 
     def stats(self) -> SchedulerStats:
         return self._scheduler.stats()
+
+    @property
+    def steps_on_gpu(self) -> bool:
+        return self._backend.shape.on_gpu
 
     def memory_bytes(self) -> int:
         """The weights and the KV cache of every sequence (see `engines/memory.py`)."""

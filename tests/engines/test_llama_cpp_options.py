@@ -74,13 +74,27 @@ def shape(on_gpu, n_ctx=4096, cores=16, **options):
 def test_cpu_defaults_are_unchanged():
     s = shape(False, n_ctx=512, cores=2)
     assert (s.parallel, s.n_batch, s.prefill_chunk) == (8, CPU_N_BATCH, CPU_PREFILL_CHUNK)
-    assert (s.kv_unified, s.one_pass) == (False, False)
+    assert (s.kv_unified, s.one_pass, s.on_gpu) == (False, False, False)
 
 
 def test_gpu_defaults_batch_wide_in_one_pass_per_step():
     s = shape(True, n_ctx=1024)
     assert (s.parallel, s.n_batch, s.prefill_chunk) == (GPU_MAX_SEQUENCES, GPU_N_BATCH, GPU_PREFILL_CHUNK)
-    assert (s.kv_unified, s.one_pass) == (False, True)
+    assert (s.kv_unified, s.one_pass, s.on_gpu) == (False, True, True)
+
+
+def test_in_one_pass_a_prompt_chunk_fits_beside_every_other_sequence():
+    """A chunk larger than what the other sequences leave of a batch would wait until enough of
+    them ended: the default shrinks to fit, an explicit one is refused naming the option."""
+    s = shape(True, parallel=64, n_batch=512)
+    assert s.prefill_chunk == 512 - 63
+    assert shape(True, parallel=64, n_batch=512, prefill_chunk=449).prefill_chunk == 449
+    with pytest.raises(InvalidParams) as raised:
+        shape(True, parallel=64, n_batch=512, prefill_chunk=450)
+    assert [p.field for p in raised.value.problems] == ["prefill_chunk"]
+    assert "n_batch - parallel + 1 (449)" in str(raised.value)
+    # separate passes per chunk: the whole batch is the chunk's
+    assert shape(True, parallel=64, n_batch=512, prefill_chunk=512, one_pass=False).prefill_chunk == 512
 
 
 def test_the_gpu_default_parallel_keeps_the_kv_cache_within_its_budget():
