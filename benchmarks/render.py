@@ -206,7 +206,8 @@ def serving_steps(d: Result) -> str:
         cells = [level, num(row["ceiling_tokens_per_s"], 0), med(row["in_process_tokens_per_s"], 0)]
         for name in servers:
             r = row[name]
-            cells += [f"{med(r['output_tokens_per_s'], 0)} ({med(r['itl_p50_ms'])})", num(r["over_in_process"], 2)]
+            speed = f"{med(r['output_tokens_per_s'], 0)} ({med(r['itl_p50_ms'])})"
+            cells += [speed, num(r["over_in_process"], 2)]
         rows.append(cells)
     return (
         f"A step of every running stream sleeps {num(c['step_ms'])} ms (one pass, as on a GPU); "
