@@ -212,8 +212,7 @@ def serving_steps(d: Result) -> str:
     return (
         f"A step of every running stream sleeps {num(c['step_ms'])} ms (one pass, as on a GPU); "
         f"{c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, {c['waves']} waves a level; "
-        f"median (min-max) of {c['rounds']} rounds, the servers alternating.\n\n"
-        + table(header, rows)
+        f"median (min-max) of {c['rounds']} rounds, the servers alternating.\n\n" + table(header, rows)
     )
 
 

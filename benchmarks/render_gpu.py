@@ -8,6 +8,8 @@ the documents is typed by hand. A file assembled by hand is not rendered at all.
 from __future__ import annotations
 
 import json
+import statistics
+import string
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -139,6 +141,86 @@ def llama_cpp_rounds(d: Result) -> str:
         "runs the concurrency levels upwards from a freshly started server, round 2 downwards:\n\n"
         + table(["model", "concurrency", *(f"`{n}`" for n in names)], rows)
     )
+
+
+def switch_interval(d: Result) -> str:
+    """llmflow serve with Python's GIL switch interval against its variants, round by round (each
+    round runs every server once), beside llama-server."""
+    names = list(next(iter(d["models"].values()))["servers"])
+    ours = [n for n in names if _is_llmflow(n)]
+    rows = []
+    for label, entry in d["models"].items():
+        for level, base in entry["servers"]["llmflow"].items():
+            cells = [label, level, _rounds_cell(base)]
+            for name in ours[1:]:
+                row = entry["servers"][name][level]
+                paired = [
+                    a / b
+                    for a, b in zip(row["output_tok_s_rounds"], base["output_tok_s_rounds"], strict=True)
+                ]
+                cells += [_rounds_cell(row), _spread(paired)]
+            cells += [_rounds_cell(entry["servers"][n][level]) for n in names if not _is_llmflow(n)]
+            rows.append(cells)
+    header = ["model", "concurrency", "`llmflow` (Python's 5 ms)"]
+    for name in ours[1:]:
+        header += [f"`{name}`", "/ `llmflow`, round by round"]
+    header += [f"`{n}`" for n in names if not _is_llmflow(n)]
+    c = d["config"]
+    return (
+        f"Output tokens/s, the median of {c['rounds']} rounds (min-max); {c['prompt_tokens']}-token "
+        f"prompts, {c['max_tokens']} tokens, greedy. Ratios are taken round by round (the servers "
+        "of one round ran one after the other), median (min-max):\n\n" + table(header, rows)
+    )
+
+
+def _rounds_cell(row: Result) -> str:
+    low, high = row["output_tok_s_min_max"]
+    itl = num(row["itl_p50_s"], 1, 1000)
+    return f"{num(row['output_tok_s'])} ({num(low, 0)}-{num(high, 0)}; ITL p50 {itl} ms)"
+
+
+def _spread(values: list[float]) -> str:
+    return f"{num(statistics.median(values), 3)} ({num(min(values), 3)}-{num(max(values), 3)})"
+
+
+def served_steps(files: list[Result]) -> str:
+    """The engine's full-width steps timed inside llmflow serve against in process, and what each
+    server variant streamed."""
+    d = files[0]
+    label, entry = next(iter(d["models"].items()))
+    g = entry["served_steps"]
+    split_rows = []
+    for workload, r in g["in_process"].items():
+        split_rows.append([f"in process, {workload}", *_split_cells(r["full_steps"])])
+    for name, r in g["servers"].items():
+        split_rows.append([f"`llmflow serve` {name}, both workloads", *_split_cells(r["full_steps"])])
+    split_header = ["where", "steps", "step ms", "start to start ms", "forward pass ms",
+                    "sampling ms (its CPU ms)", "filling the batch ms", "the rest ms"]  # fmt: skip
+    speed_rows = []
+    for name, r in g["servers"].items():
+        cells = [f"`{name}`"]
+        for workload, row in r["rows"].items():
+            ratio = row["output_tok_s"] / g["in_process"][workload]["generated_tok_s"]
+            cells.append(f"{_rounds_cell(row)}, {num(ratio, 2)} of in process")
+        speed_rows.append(cells)
+    in_process = "; ".join(f"{w}: {num(r['generated_tok_s'])}" for w, r in g["in_process"].items())
+    return (
+        f"{label}, {g['concurrency']} streams, greedy. Medians over the full-width decode steps "
+        f"(every sequence decoding, no prompt tokens), the servers' steps of both workloads "
+        f"together:\n\n"
+        + table(split_header, split_rows)
+        + f"\n\nOutput tokens/s over HTTP (as the server reports them), median of "
+        f"{d['config']['rounds']} rounds (min-max); the engine in process generated {in_process} tok/s:\n\n"
+        + table(["llmflow serve", *(f"{w} (prompt/answer)" for w in g["workloads"])], speed_rows)
+    )
+
+
+def _split_cells(s: Result | None) -> list[str]:
+    if not s:
+        return ["-"] * 7
+    return [str(s["steps"]), num(s["step_ms"], 2), num(s["period_ms"], 2), num(s["gpu_ms"], 2),
+            f"{num(s['sample_ms'], 2)} ({num(s['sample_cpu_ms'], 2)})", num(s["fill_ms"], 2),
+            num(s["rest_ms"], 2)]  # fmt: skip
 
 
 # -- the distance to llama-batched-bench, split (bench_llama_cpp_gpu.py --gap) -------------------
@@ -343,6 +425,8 @@ GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
         ("llama_cpp_gpu_h200_run7.json",),
         lambda files: llama_cpp_gpu(files[0]) + "\n" + llama_cpp_rounds(files[0]),
     ),
+    "gpu-llama-cpp-served-steps": (("llama_cpp_gpu_h200_run10.json",), served_steps),
+    "gpu-llama-cpp-switch": (("llama_cpp_gpu_h200_run11.json",), lambda files: switch_interval(files[0])),
     "gpu-llama-server-rounds": (
         ("llama_cpp_gpu_h200_run8.json", "llama_cpp_gpu_h200_run9.json"),
         lambda files: "\n".join(
@@ -365,6 +449,11 @@ GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
 }
 
 
+def _short(commit: str) -> str:
+    """A full SHA as its first 10 digits; anything else (a SHA with a note) as written."""
+    return commit[:10] if len(commit) == 40 and all(c in string.hexdigits for c in commit) else commit
+
+
 def gpu_section(name: str, results: Path) -> str:
     names, render = GPU_PARTS[name]
     absent = [n for n in names if not (results / n).is_file()]
@@ -374,7 +463,7 @@ def gpu_section(name: str, results: Path) -> str:
     files = [json.loads((results / n).read_text(encoding="utf-8")) for n in names]
     sources = ", ".join(f"`benchmarks/results/{n}`" for n in names)
     commands = "; ".join(f"`{d['command']}`" for d in files if "command" in d)
-    commits = {d["commit"][:10] for d in files if "commit" in d}
+    commits = {_short(d["commit"]) for d in files if "commit" in d}
     origin = f"Result {sources}" + (f", written by {commands}" if commands else "")
     origin += f" at commit `{', '.join(sorted(commits))}`" if commits else ""
     runs = "one run of the machine" if len(files) == 1 else f"{len(files)} runs, one machine"
