@@ -8,7 +8,9 @@ whose forward pass sleeps (letting go of the GIL as `llama_decode` does;
 `tests/fakes/stepped_engine.py`), byte-level tokens, no prompt cost, served by the real server in
 its own process (`uvicorn_server.run`, as `llmflow serve` runs it) and read by `llmflow bench`.
 
-Reported per concurrency: output tokens/s over HTTP (the server's usage counts), the same
+Prompts cost no time here (over HTTP they are `llmflow bench`'s synthetic prompts, counted in
+the embedded model's tokens; the engine splits them into bytes). Reported per concurrency:
+output tokens/s over HTTP (the server's usage counts), the same
 generations read by threads in this process (no server), and the ceiling (streams / step time);
 servers with other options (`--variant NAME=--switch-interval 0.5`) alternate with the default
 each round, the starting one rotating.

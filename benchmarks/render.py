@@ -207,6 +207,8 @@ def serving_steps(d: Result) -> str:
         for name in servers:
             r = row[name]
             speed = f"{med(r['output_tokens_per_s'], 0)} ({med(r['itl_p50_ms'])})"
+            if r["failed"]:
+                speed += f", {r['failed']} requests failed"
             cells += [speed, num(r["over_in_process"], 2)]
         rows.append(cells)
     return (
