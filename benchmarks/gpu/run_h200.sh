@@ -6,6 +6,8 @@
 #   run_h200.sh models SRC TOKENIZER WORK # random Llama-3-8B shape: f16 + Q4_K_M; SmolLM2 shape: Q4_1
 #   run_h200.sh conformance WORK LOGDIR  # tests/conformance on the GPU, the SmolLM2 shape standing in
 #                                        # for the embedded model
+#   run_h200.sh wheels WHEELS WORK       # llmflow serve's own dependencies (server_wheels.sh) into
+#                                        # WORK/site, beside the build
 #   run_h200.sh bench WORK OUT.json [ARGS...]  # benchmarks/gpu/bench_llama_cpp_gpu.py
 #   run_h200.sh hf-dir TOKENIZER_DIR WORK # the 8B shape's Hugging Face directory (kept by models) with
 #                                        # a tokenizer's files: --reference-transformers WORK/models/llama3-8b-hf
@@ -63,6 +65,9 @@ case $1 in
         cp "$tokenizer_dir"/*.jinja "$work/models/llama3-8b-hf/" 2>/dev/null || true
         ls "$work/models/llama3-8b-hf"
         ;;
+    wheels)
+        python3 -m pip install --quiet --no-deps --no-index --no-compile --upgrade --target "$3/site" "$2"/*.whl
+        ;;
     engines)
         wheels=$2 work=$3 logs=$4
         # the image's torch stays; llmflow's own dependencies and pinned versions go first on the path
@@ -84,7 +89,7 @@ case $1 in
             --tokenizer "$work/models/smollm2-135m-Q4_1.gguf" --out "$out" "$@"
         ;;
     *)
-        sed -n '2,15p' "$0" >&2
+        sed -n '2,17p' "$0" >&2
         exit 2
         ;;
 esac
