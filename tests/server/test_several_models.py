@@ -150,7 +150,8 @@ def test_each_model_has_its_own_queue():
     with running([solo, BATCH]) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http:
         body = {"model": "solo", **LONG, "max_tokens": 1500, "stream": True}
         with http.stream("POST", "/v1/completions", json=body) as stream:
-            next(stream.iter_lines())  # solo's only place is taken
+            lines = stream.iter_lines()  # held: a closed iterator would close the stream
+            next(lines)  # solo's only place is taken
             assert metric(http.get("/metrics").text, "llmflow_num_requests_running", model="solo") == 1
             short = {**body, "stream": False, "max_tokens": 2}
             assert http.post("/v1/completions", json=short).status_code == 429
