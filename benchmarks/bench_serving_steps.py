@@ -150,9 +150,10 @@ def main() -> None:
                 local[c].append(in_process(args.step_ms, args.parallel, c, args.max_tokens, prompt))
     summary: dict[str, Any] = {}
     for c in levels:
+        in_process_speed = spread(local[c])
         row: dict[str, Any] = {
             "ceiling_tokens_per_s": c / (args.step_ms / 1000),
-            "in_process_tokens_per_s": spread(local[c]),
+            "in_process_tokens_per_s": in_process_speed,
         }
         for name in servers:
             samples = http[name][c]
@@ -162,7 +163,7 @@ def main() -> None:
                 "ttft_p50_ms": spread(s["ttft_p50_ms"] for s in samples),
                 "itl_p50_ms": spread(s["itl_p50_ms"] for s in samples),
                 "failed": sum(s["failed"] or 0 for s in samples),
-                "over_in_process": tok_s and tok_s["median"] / spread(local[c])["median"],
+                "over_in_process": tok_s and tok_s["median"] / in_process_speed["median"],
             }
         summary[str(c)] = row
         print(c, row, flush=True)

@@ -151,15 +151,15 @@ def switch_interval(d: Result) -> str:
     rows = []
     for label, entry in d["models"].items():
         for level, base in entry["servers"]["llmflow"].items():
-            cells = [label, level, _rounds_cell(base)]
+            cells = [label, level, _server_cell(base)]
             for name in ours[1:]:
                 row = entry["servers"][name][level]
                 paired = [
                     a / b
                     for a, b in zip(row["output_tok_s_rounds"], base["output_tok_s_rounds"], strict=True)
                 ]
-                cells += [_rounds_cell(row), _spread(paired)]
-            cells += [_rounds_cell(entry["servers"][n][level]) for n in names if not _is_llmflow(n)]
+                cells += [_server_cell(row), _spread(paired)]
+            cells += [_server_cell(entry["servers"][n][level]) for n in names if not _is_llmflow(n)]
             rows.append(cells)
     header = ["model", "concurrency", "`llmflow` (Python's 5 ms)"]
     for name in ours[1:]:
@@ -167,16 +167,11 @@ def switch_interval(d: Result) -> str:
     header += [f"`{n}`" for n in names if not _is_llmflow(n)]
     c = d["config"]
     return (
-        f"Output tokens/s, the median of {c['rounds']} rounds (min-max); {c['prompt_tokens']}-token "
-        f"prompts, {c['max_tokens']} tokens, greedy. Ratios are taken round by round (the servers "
-        "of one round ran one after the other), median (min-max):\n\n" + table(header, rows)
+        f"Output tokens/s of the server's median round of {c['rounds']} [min-max over rounds] (TTFT p50 / "
+        f"ITL p50 in ms); {c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy. "
+        "Ratios are taken round by round (the servers of one round ran one after the other), "
+        "median (min-max):\n\n" + table(header, rows)
     )
-
-
-def _rounds_cell(row: Result) -> str:
-    low, high = row["output_tok_s_min_max"]
-    itl = num(row["itl_p50_s"], 1, 1000)
-    return f"{num(row['output_tok_s'])} ({num(low, 0)}-{num(high, 0)}; ITL p50 {itl} ms)"
 
 
 def _spread(values: list[float]) -> str:
@@ -201,7 +196,7 @@ def served_steps(files: list[Result]) -> str:
         cells = [f"`{name}`"]
         for workload, row in r["rows"].items():
             ratio = row["output_tok_s"] / g["in_process"][workload]["generated_tok_s"]
-            cells.append(f"{_rounds_cell(row)}, {num(ratio, 2)} of in process")
+            cells.append(f"{_server_cell(row)}, {num(ratio, 2)} of in process")
         speed_rows.append(cells)
     in_process = "; ".join(f"{w}: {num(r['generated_tok_s'])}" for w, r in g["in_process"].items())
     return (
@@ -209,8 +204,9 @@ def served_steps(files: list[Result]) -> str:
         f"(every sequence decoding, no prompt tokens), the servers' steps of both workloads "
         f"together:\n\n"
         + table(split_header, split_rows)
-        + f"\n\nOutput tokens/s over HTTP (as the server reports them), median of "
-        f"{d['config']['rounds']} rounds (min-max); the engine in process generated {in_process} tok/s:\n\n"
+        + f"\n\nOutput tokens/s over HTTP (as the server reports them) of the server's median round of "
+        f"{d['config']['rounds']} [min-max over rounds] (TTFT p50 / ITL p50 in ms); "
+        f"the engine in process generated {in_process} tok/s:\n\n"
         + table(["llmflow serve", *(f"{w} (prompt/answer)" for w in g["workloads"])], speed_rows)
     )
 

@@ -420,10 +420,15 @@ def time_steps(engine: Any, steps: list[dict[str, float]]) -> None:
     scheduler._step = step
 
 
+def _full_decode_steps(steps: list[dict[str, float]], parallel: int) -> list[dict[str, float]]:
+    """The steps that decoded a token for every sequence and nothing else."""
+    return [s for s in steps if s["tokens"] == parallel and s.get("sampled") == parallel and "gpu_s" in s]
+
+
 def _split_of(
     steps: list[dict[str, float]], counts: list[int], wall: float, parallel: int, options: dict[str, Any]
 ) -> dict[str, Any]:
-    full = [s for s in steps if s["tokens"] == parallel and s.get("sampled") == parallel and "gpu_s" in s]
+    full = _full_decode_steps(steps, parallel)
     prefill = [s for s in steps if s["tokens"] > s.get("sampled", 0)]
     partial = [s for s in steps if s["tokens"] == s.get("sampled", 0) < parallel]
     result: dict[str, Any] = {
@@ -655,7 +660,7 @@ def served_steps(run: Run, label: str, model: Path) -> dict[str, Any]:
 def _full_step_split(steps: list[dict[str, float]], parallel: int) -> dict[str, Any] | None:
     """Medians over the full-width decode steps: each part's wall time, the sampling's CPU time,
     and the period from one step's start to the next (the time between steps included)."""
-    full = [s for s in steps if s["tokens"] == parallel and s.get("sampled") == parallel and "gpu_s" in s]
+    full = _full_decode_steps(steps, parallel)
     if not full:
         return None
     period = {a["start"]: b["start"] - a["start"] for a, b in itertools.pairwise(steps)}

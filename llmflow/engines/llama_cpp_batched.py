@@ -111,7 +111,7 @@ class BatchShape:
     #: one `llama_decode` per step for decoding tokens and prompt chunks together
     one_pass: bool
     #: the model's layers run on a GPU
-    on_gpu: bool = False
+    on_gpu: bool
 
 
 def batch_shape(
