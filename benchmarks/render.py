@@ -483,7 +483,7 @@ def constraints(d: Result) -> str:
 
 
 #: the GPU result the Ray Serve estimate scales from: llmflow serve, an 8B model, one H200
-RAY_ESTIMATE_SOURCE = "llama_cpp_gpu_h200_run2.json"
+RAY_ESTIMATE_SOURCE = "llama_cpp_gpu_h200_run12.json"
 RAY_TARGETS = {
     "serve-2t": "llmflow serve, 2 threads",
     "serve-1t": "llmflow serve, 1 thread",

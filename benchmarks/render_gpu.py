@@ -71,6 +71,39 @@ def llama_cpp_gpu(d: Result) -> str:
     return intro + table(header, rows) + "\n" + _unified(d) + "\n" + _step_split(d)
 
 
+def llama_cpp_targets(files: list[Result]) -> str:
+    """The issue's three targets per run and model, beside what the 0.9 one leaves out: the engine
+    in process (its own step, no HTTP) and batched-bench counted over its prefill and decode."""
+    rows = []
+    for i, d in enumerate(files, start=1):
+        for label, entry in d["models"].items():
+            ours, peer = entry["servers"]["llmflow"], entry["servers"]["llama-server"]
+            ratios = {level: ours[level]["output_tok_s"] / peer[level]["output_tok_s"] for level in ours}
+            lowest = min(ratios, key=ratios.__getitem__)
+            top = max(ours, key=int)
+            bench = entry["batched_bench"]["streams"]
+            decode = bench["decode_tok_s"][top]
+            whole = next(r for r in bench["rows"] if r["pl"] == int(top))
+            whole_rate = whole["pl"] * whole["tg"] / (whole["t_pp"] + whole["t_tg"])
+            split = entry.get("step_split")
+            engine = num(_engine_rate(split, int(top)) / decode, 2) if split else "-"
+            rows.append(
+                [str(i), label, target(ratios["1"], 0.97), f"{num(ratios[lowest], 2)} (c={lowest})",
+                 target(ours[top]["output_tok_s"] / decode, 0.9), engine, num(whole_rate),
+                 num(ours[top]["output_tok_s"] / whole_rate, 2)]
+            )  # fmt: skip
+    top = max(next(iter(files[0]["models"].values()))["servers"]["llmflow"], key=int)
+    header = ["run", "model", "single stream / `llama-server`", "lowest llmflow / `llama-server`",
+              f"llmflow / batched-bench decode at {top}", "engine in process / batched-bench decode",
+              "batched-bench over prefill + decode tok/s", "llmflow / that"]  # fmt: skip
+    return (
+        f"The targets run by run, and at {top} streams what batched-bench's decode figure leaves out: "
+        "the engine in process decodes at the concurrency divided by its median full-width step (no "
+        "HTTP, no prefill), and batched-bench's generated tokens over its prefill and decode together "
+        "are the ceiling for a workload that brings its prompts:\n\n" + table(header, rows)
+    )
+
+
 def _server_cell(row: Result) -> str:
     summary = row["summary_of_median_round"]
     low, high = row["output_tok_s_min_max"]
@@ -407,9 +440,13 @@ def exllamav2_gpu(files: list[Result]) -> str:
 #: generated part -> (result files, renderer of their contents)
 GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
     "gpu-llama-cpp": (
-        ("llama_cpp_gpu_h200_run2.json", "llama_cpp_gpu_h200_run3.json"),
+        ("llama_cpp_gpu_h200_run12.json", "llama_cpp_gpu_h200_run2.json", "llama_cpp_gpu_h200_run3.json"),
         lambda files: "\n".join(
-            f"**Run {i} of {len(files)}.** " + llama_cpp_gpu(d) for i, d in enumerate(files, start=1)
+            [
+                f"**Run {i} of {len(files)}** (commit `{d['commit']}`). " + llama_cpp_gpu(d)
+                for i, d in enumerate(files, start=1)
+            ]
+            + [llama_cpp_targets(files)]
         ),
     ),
     "gpu-llama-cpp-run1": (("llama_cpp_gpu_h200_run1.json",), lambda files: llama_cpp_gpu(files[0])),

@@ -99,10 +99,10 @@ def test_every_generated_part_has_a_renderer_and_the_documents_are_up_to_date():
 def test_gpu_tables_come_from_the_files_the_gpu_scripts_wrote():
     """The GPU parts name their result files and their commands, and show the failures as failures."""
     llama = render.section("gpu-llama-cpp", RESULTS)
-    for run in ("run2", "run3"):
+    for run in ("run12", "run2", "run3"):
         assert f"benchmarks/results/llama_cpp_gpu_h200_{run}.json" in llama
-    assert "benchmarks/gpu/bench_llama_cpp_gpu.py" in llama and "**Run 2 of 2.**" in llama
-    assert "missed" in llama and "met" in llama
+    assert "benchmarks/gpu/bench_llama_cpp_gpu.py" in llama and "**Run 3 of 3** (commit" in llama
+    assert "missed" in llama and "met" in llama and "over prefill + decode" in llama
     gap = render.section("gpu-llama-cpp-gap", RESULTS)
     for name in ("run4", "run5", "run4_transformers"):
         assert f"benchmarks/results/llama_cpp_gpu_h200_{name}.json" in gap
