@@ -113,8 +113,8 @@ SUITE: tuple[Benchmark, ...] = (
         "against llama-server, at 8 and 16 streams",
     ),
     llmflow_variants(
-        "peers_fa", "1,2,4,8,16", ("fa:flash_attn=true",),
-        "llmflow with flash attention on the CPU (llama-server's default, auto, turns it on) "
+        "peers_fa", "1,2,4,8,16", ("nofa:flash_attn=false",),
+        "llmflow with flash attention on the CPU (its default, as llama-server's auto) and off, "
         "against llama-server, at 1 to 16 streams",
     ),
     Benchmark(
