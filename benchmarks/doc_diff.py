@@ -21,9 +21,15 @@ _FIGURE = re.compile(
 )
 
 
+#: facts of the machine and the run that a result line states beside its figures: the CPU's
+#: model (runs on different machines), and a count of resent requests (written only when not 0)
+_MACHINE = re.compile(r"(?<=; )[^;`]+(?=, \d+ usable cores)")
+_RESENT = re.compile(r" \(\d+ resent\)")
+
+
 def masked(text: str) -> list[str]:
-    """The document's lines with every figure replaced by `#`."""
-    return [_FIGURE.sub("#", line) for line in text.splitlines()]
+    """The document's lines with every figure and run fact replaced by `#`."""
+    return [_FIGURE.sub("#", _MACHINE.sub("#", _RESENT.sub("", line))) for line in text.splitlines()]
 
 
 def differences(first: str, second: str) -> list[str]:

@@ -164,6 +164,10 @@ def test_two_renderings_that_differ_only_in_numbers_pass_the_document_diff():
     second = "| c=1 | llmflow | 62.2 (61.0-65.2) | 987.0 |\nat commit `2d728289b0` on 2026-12-03\n"
     assert differences(first, second) == []
     assert differences("ratio 0.97 (target >= 0.98): missed", "ratio 0.99 (target >= 0.98): met") == []
+    # the machine's CPU and a resent count are facts of the run, like its commit
+    assert differences("| llama-server | 1.0 | 0 (2 resent) |", "| llama-server | 2.0 | 0 |") == []
+    machine = "at commit `64404b4de6` on 2026-12-03; {}, 2 usable cores; 1-minute load average 1.98 → 1.77."
+    assert differences(machine.format("AMD EPYC"), machine.format("Intel(R) Xeon(R) Processor")) == []
     # a row, a label or a sentence that changed is reported
     assert differences(first, first.replace("llmflow", "llmflow fa")) != []
     assert differences(first, first + "| c=2 | llmflow | 1.0 | 2.0 |\n") != []
