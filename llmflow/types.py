@@ -21,6 +21,8 @@ class FinishReason(str, enum.Enum):
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    #: prompt tokens whose KV state came from a cache instead of being computed (of `prompt_tokens`)
+    cached_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
