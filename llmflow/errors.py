@@ -111,6 +111,21 @@ class UnknownModel(ModelNotFound):
         super().__init__(f"the model {name!r} is not served here; this server serves {serves}")
 
 
+class ResponseNotFound(LlmflowError):
+    """A kept response asked for (`previous_response_id`, a path's `response_id`) that the server
+    does not have: never kept (`store: false`), deleted, or dropped from its bounded store."""
+
+    code = "response_not_found"
+
+    def __init__(self, response_id: str, param: str):
+        self.response_id = response_id
+        self.param = param
+        super().__init__(
+            f"no response {response_id!r} is kept here (never stored, deleted, or dropped from the "
+            "server's bounded response store)"
+        )
+
+
 class ModelTooLarge(LlmflowError):
     """A served model whose estimated memory alone is over the server's memory budget: it is
     never loaded, so a request for it is refused at once (waiting would not help)."""

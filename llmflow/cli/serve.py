@@ -157,6 +157,21 @@ def serve(
             "delta.reasoning_content, apart from the answer; none: it stays in the content"
         ),
     ] = "parsed",
+    response_store: Annotated[
+        Path | None,
+        typer.Option(
+            help="a sqlite file that keeps /v1/responses' stored responses (store, previous_response_id, "
+            "GET /v1/responses/{id}) across restarts; default: kept in memory only",
+            show_default=False,
+        ),
+    ] = None,
+    response_store_max: Annotated[
+        int, typer.Option(min=1, help="stored responses kept at most; beyond, the least recently used go")
+    ] = 1024,
+    response_store_bytes: Annotated[
+        str,
+        typer.Option(help="size the stored responses may take together (their JSON), e.g. 64MiB or 1GB"),
+    ] = "64MiB",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     switch_interval: Annotated[
         float | None,
@@ -241,6 +256,9 @@ def serve(
             max_loaded=max_loaded,
             idle_unload_s=idle_unload,
             max_memory=_size_option("--max-memory", max_memory),
+            response_store=None if response_store is None else str(response_store),
+            response_store_max=response_store_max,
+            response_store_bytes=_size_option("--response-store-bytes", response_store_bytes),
         )
         defaults = {
             "engine": engine,

@@ -30,16 +30,35 @@ from llmflow.tools import ToolCallChunk
 from llmflow.types import Chunk, FinishReason, Usage
 
 #: the request fields a response object echoes back, and what it says when a request has none
+#: (`temperature` and `top_p`: the values used, which `turn.prepare_response` puts in the echo)
 ECHOED: dict[str, Any] = {
     "instructions": None,
     "max_output_tokens": None,
-    "temperature": None,
-    "top_p": None,
+    "temperature": 1.0,
+    "top_p": 1.0,
     "tools": [],
     "tool_choice": "auto",
     "parallel_tool_calls": True,
     "text": {"format": {"type": "text"}},
+    "previous_response_id": None,
+    "store": False,
+    "metadata": {},
+    "max_tool_calls": None,
+    "safety_identifier": None,
+    "prompt_cache_key": None,
 }
+#: what a response object says of the features llmflow does not have
+FIXED: dict[str, Any] = {
+    "truncation": "disabled",
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "top_logprobs": 0,
+    "reasoning": None,
+    "background": False,
+    "service_tier": "default",
+}
+#: the statuses of a response that has ended
+ENDED = ("completed", "incomplete", "failed")
 
 
 def new_id(prefix: str) -> str:
@@ -50,11 +69,30 @@ def usage_of(usage: Usage) -> dict[str, Any]:
     """Token usage as the Responses API counts it."""
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": usage.total_tokens,
     }
+
+
+def echoed(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The request fields a response repeats, in the shape a response object has them: every
+    tool with its `description`, `parameters` and `strict`, a JSON schema format with its
+    `name`, `description` and `strict`."""
+    echo = {name: default if given.get(name) is None else given[name] for name, default in ECHOED.items()}
+    echo["tools"] = [_tool(tool) for tool in echo["tools"]]
+    fmt = echo["text"].get("format") if isinstance(echo["text"], Mapping) else None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        schema = {"name": "response", "description": None, **fmt, "strict": bool(fmt.get("strict"))}
+        echo["text"] = {**echo["text"], "format": schema}
+    return echo
+
+
+def _tool(tool: Any) -> Any:
+    if not isinstance(tool, Mapping):
+        return tool
+    return {"description": None, "parameters": None, "strict": None, **tool}
 
 
 def status_of(reason: FinishReason) -> tuple[str, dict[str, str] | None]:
@@ -88,6 +126,11 @@ class _Call:
         }
 
 
+def error_payload(message: str, code: str | None, param: str | None, type_: str) -> dict[str, Any]:
+    """An `error` event's `error` object, as the Open Responses spec has it."""
+    return {"type": type_, "code": code, "message": message, "param": param}
+
+
 def _call_status(arguments: str) -> str:
     """A call cut before its arguments closed (at `max_output_tokens`) is incomplete."""
     try:
@@ -108,8 +151,7 @@ class ResponseEvents:
         self.item_id = new_id("msg")
         self.created_at = int(time.time())
         self.model = model
-        given = echo or {}
-        self.echo = {name: given.get(name, default) for name, default in ECHOED.items()}
+        self.echo = echoed(echo or {})
         self.calls = calls
         self._sequence = 0
         self._parts: list[str] = []
@@ -205,9 +247,14 @@ class ResponseEvents:
         closing_type = "response.completed" if status == "completed" else "response.incomplete"
         return [*events, self._event(closing_type, response=response)]
 
-    def error(self, message: str, code: str | None, param: str | None = None) -> dict[str, Any]:
-        """An error after streaming began (the stream ends after it)."""
-        return self._event("error", code=code, message=message, param=param)
+    def error(
+        self, message: str, code: str | None, param: str | None = None, type_: str = "server_error"
+    ) -> dict[str, Any]:
+        """An error after streaming began (the stream ends after it): `code`, `message` and `param`
+        as OpenAI's clients read them, and the same in `error` as the Open Responses spec has it."""
+        return self._event(
+            "error", code=code, message=message, param=param, error=error_payload(message, code, param, type_)
+        )
 
     # -- output items -------------------------------------------------------------------------------
     def _open_message(self) -> list[dict[str, Any]]:
@@ -299,16 +346,14 @@ class ResponseEvents:
             "id": self.response_id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": int(time.time()) if status in ENDED else None,
             "status": status,
             "error": None,
             "incomplete_details": incomplete,
             "model": self.model,
             "output": output or [],
-            "previous_response_id": None,
-            "store": False,
-            "truncation": "disabled",
             "usage": usage_of(usage) if usage is not None else None,
-            "metadata": {},
+            **FIXED,
             **self.echo,
         }
 

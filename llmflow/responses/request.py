@@ -7,7 +7,9 @@ The same rules read OpenAI's `POST /v1/responses` body and an MLflow `ResponsesA
   message in front (also in `params`, for a ResponsesAgent: MLflow's request model drops them).
 - `max_output_tokens`, `temperature`, `top_p`; any other llmflow sampling param by its name in
   `params` (an ResponsesAgent's `custom_inputs`, llmflow extensions on the HTTP route).
-- llmflow keeps no responses: `previous_response_id` and `store: true` are refused.
+- `previous_response_id` and `store: true` are refused here (a ResponsesAgent keeps no
+  responses); the server's `/v1/responses` takes them out first, resolving a stored conversation
+  into the `earlier` items it passes (`llmflow.server.response_store`).
 - Function calling: `tools` (the Responses API's flat function tools; also in `params` as
   `tools`, for a ResponsesAgent loaded as a pyfunc model), `tool_choice`,
   `parallel_tool_calls`; `function_call` items become an assistant message's calls and
@@ -85,11 +87,16 @@ class ResponsesInput:
 
 
 def read_request(
-    body: Mapping[str, Any], params: Mapping[str, Any] | None = None, params_field: str = "params"
+    body: Mapping[str, Any],
+    params: Mapping[str, Any] | None = None,
+    params_field: str = "params",
+    earlier: Sequence[Mapping[str, Any]] = (),
 ) -> ResponsesInput:
-    """Read `body`; `params` are extra llmflow sampling params (named as `params_field`.<name>)."""
+    """Read `body`; `params` are extra llmflow sampling params (named as `params_field`.<name>);
+    `earlier`: the conversation's items before this input (a stored response's input and
+    output, when the server resolved `previous_response_id`)."""
     _refuse_unsupported(body)
-    messages = read_input(body.get("input"))
+    messages = read_input(body.get("input"), earlier)
     params, instructions, instructions_field = _field_or_param(
         body, params or {}, params_field, "instructions"
     )
@@ -145,16 +152,23 @@ def read_text_format(text: Any) -> Constraint | None:
     return Constraint.json_schema(fmt["schema"], "text.format.schema")
 
 
-def read_input(value: Any) -> list[Message]:
+def read_input(value: Any, earlier: Sequence[Mapping[str, Any]] = ()) -> list[Message]:
+    """The conversation: the `earlier` items (a stored conversation, read as `previous_response_id`),
+    then `input`."""
+    messages = _read_items(earlier, "previous_response_id")
     if isinstance(value, str):
         if not value.strip():
             raise InvalidRequest.single("input", "the input is empty")
-        return [Message("user", value)]
+        return [*messages, Message("user", value)]
     if not isinstance(value, Sequence) or isinstance(value, bytes) or not value:
         raise InvalidRequest.single("input", "must be a string or a non-empty list of input items")
-    messages: list[Message] = []
-    for index, item in enumerate(value):
-        where = f"input[{index}]"
+    return _read_items(value, "input", messages)
+
+
+def _read_items(items: Sequence[Any], field: str, messages: list[Message] | None = None) -> list[Message]:
+    messages = [] if messages is None else messages
+    for index, item in enumerate(items):
+        where = f"{field}[{index}]"
         if not isinstance(item, Mapping):
             raise InvalidRequest.single(where, "must be an input item object")
         kind = item.get("type") or "message"

@@ -46,4 +46,5 @@ def prepare_response(
     params = read.sampling(llm.default_params)
     request = llm.prepare(plan.messages, params, constraint=constraint, tools=plan.template_tools)
     calls = plan.format if plan.active else None
-    return PreparedResponse(request, ResponseEvents(model, echo, calls=calls is not None), calls)
+    used = {**(echo or {}), "temperature": params.temperature, "top_p": params.top_p}
+    return PreparedResponse(request, ResponseEvents(model, used, calls=calls is not None), calls)

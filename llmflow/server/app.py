@@ -22,6 +22,7 @@ from llmflow.server.metrics import ServerMetrics
 from llmflow.server.middleware import ApiKeyMiddleware, BodyLimitMiddleware, ResponseCounterMiddleware
 from llmflow.server.model_config import ModelConfig
 from llmflow.server.model_registry import ModelLeases, ModelRegistry
+from llmflow.server.response_store import ResponseStore
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
 from llmflow.server.state import ServerState
@@ -45,7 +46,10 @@ def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:
     settings = settings or ServerSettings()
     metrics = ServerMetrics()
     models = ModelRegistry.build(_as_models(served, settings), settings, metrics)
-    state = ServerState(settings, metrics, models)
+    responses = ResponseStore(
+        settings.response_store_max, settings.response_store_bytes, settings.response_store
+    )
+    state = ServerState(settings, metrics, models, responses=responses)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -55,6 +59,7 @@ def create_app(served: Any, settings: ServerSettings | None = None) -> FastAPI:
         with contextlib.suppress(asyncio.CancelledError):
             await reaper
         await models.shutdown()
+        responses.close()
 
     names = ", ".join(repr(name) for name in models.names)
     app = FastAPI(
@@ -116,7 +121,7 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type"],
         )
     app.add_middleware(

@@ -26,6 +26,7 @@ from llmflow.errors import (
     LlmflowError,
     ModelNotFound,
     ModelTooLarge,
+    ResponseNotFound,
     QueueFull,
     QueueTimeout,
     ReplicaLost,
@@ -49,6 +50,7 @@ ERROR_TABLE: dict[type[LlmflowError], tuple[int, str]] = {
     Unauthorized: (401, "authentication_error"),
     ModelNotFound: (404, "not_found_error"),
     UnsupportedEndpoint: (404, "not_found_error"),
+    ResponseNotFound: (404, "invalid_request_error"),  # as OpenAI answers an unknown response id
     RequestReadTimeout: (408, "invalid_request_error"),
     RequestTooLarge: (413, "invalid_request_error"),
     QueueFull: (429, "rate_limit_error"),
@@ -137,7 +139,8 @@ def sse_error_event_for(path: str, error: LlmflowError) -> bytes:
     API's `error` event on its routes, OpenAI's error object elsewhere."""
     if path not in RESPONSES_PATHS:
         return sse_error_event(error)
-    payload = {"type": "error", "code": error.code, "message": str(error), "param": error.param}
+    detail = {"code": error.code, "message": str(error), "param": error.param}
+    payload = {"type": "error", **detail, "error": {"type": status_of(error)[1], **detail}}
     return event(json.dumps(payload, ensure_ascii=False))
 
 

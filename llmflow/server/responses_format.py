@@ -8,6 +8,8 @@ llmflow's chunks, and, for an answer that may call functions, the `ToolCallChunk
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 from llmflow.observability import RequestTimings
 from llmflow.responses.events import ResponseEvents
@@ -24,10 +26,11 @@ def _events(items: list[dict]) -> bytes:
 
 class ResponsesFormat(ChunkFormat):
     """Opening events, a text delta per chunk (or a call's events per call piece), the closing
-    events with usage."""
+    events with usage; `on_end` is handed the final response object (to store it)."""
 
-    def __init__(self, events: ResponseEvents):
+    def __init__(self, events: ResponseEvents, on_end: Callable[[dict[str, Any]], None] | None = None):
         self.events = events
+        self.on_end = on_end
 
     def opening(self) -> bytes:
         return _events(self.events.opening())
@@ -47,9 +50,14 @@ class ResponsesFormat(ChunkFormat):
         return _events(self.events.events_of(item))
 
     def final(self, chunk: Chunk | ToolCallChunk, final: Chunk, timings: RequestTimings) -> bytes:  # type: ignore[override]
-        return _events(self.events.closing(final))
+        closing = self.events.closing(final)
+        if self.on_end is not None:
+            self.on_end(closing[-1]["response"])
+        return _events(closing)
 
     def error(self, error: Exception) -> bytes:
         """An `error` event in the Responses shape (code, message, param)."""
         detail = internal_error_body(error)["error"]
-        return _events([self.events.error(detail["message"], detail["code"], detail["param"])])
+        return _events(
+            [self.events.error(detail["message"], detail["code"], detail["param"], detail["type"])]
+        )

@@ -179,8 +179,13 @@ class ResponsesRequest(ClosedModel):
     repetition_penalty: float | None = Field(None, description="llmflow extension; 1 = off")
     stop: str | list[str] | None = Field(None, description="llmflow extension")
     seed: int | None = Field(None, description="llmflow extension")
-    store: bool | None = Field(None, description="false or absent: this server keeps no responses")
-    previous_response_id: str | None = Field(None, description="refused: this server keeps no responses")
+    store: bool | None = Field(
+        None,
+        description="keep the response for previous_response_id and GET /v1/responses/{id} (default true)",
+    )
+    previous_response_id: str | None = Field(
+        None, description="a kept response this one continues: its input and output come before `input`"
+    )
     tools: list[dict[str, Any]] | None = Field(
         None,
         description='function tools: {"type": "function", "name", "description", "parameters", "strict"}',

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from llmflow.server.memory import parse_size
+from llmflow.server.response_store import DEFAULT_MAX_BYTES, DEFAULT_MAX_COUNT
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -73,7 +74,24 @@ class ServerSettings(BaseModel):
         None, description="an MLflow trace per generation; None: only when an MLflow experiment is set"
     )
 
-    @field_validator("max_memory", mode="before")
+    response_store: str | None = Field(
+        None,
+        description="a sqlite file that keeps /v1/responses' stored responses across restarts; "
+        "default: kept in memory only",
+    )
+    response_store_max: int = Field(
+        DEFAULT_MAX_COUNT,
+        ge=1,
+        description="stored responses kept at most; beyond, the least recently used go",
+    )
+    response_store_bytes: int = Field(
+        DEFAULT_MAX_BYTES,
+        ge=1,
+        description="bytes (or a size such as '64MiB') the stored responses' JSON may take together; "
+        "beyond, the least recently used go",
+    )
+
+    @field_validator("max_memory", "response_store_bytes", mode="before")
     @classmethod
     def _read_size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value

@@ -15,6 +15,7 @@ from fastapi import Request
 
 from llmflow.server.admission import Admission
 from llmflow.server.metrics import ServerMetrics
+from llmflow.server.response_store import ResponseStore
 from llmflow.server.served import ServedModel
 from llmflow.server.settings import ServerSettings
 
@@ -113,6 +114,8 @@ class ServerState:
     public_paths: set[str] = field(default_factory=lambda: set(PUBLIC_PATHS))
     #: paths counted by name in the request metrics (others count as "other")
     known_paths: set[str] = field(default_factory=set)
+    #: the kept responses of /v1/responses (`store`, `previous_response_id`)
+    responses: ResponseStore = field(default_factory=ResponseStore)
 
     def end_generations(self) -> None:
         for model in self.models.loaded():
