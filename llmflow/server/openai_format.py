@@ -139,7 +139,7 @@ class StreamFormat(ChunkFormat):
         text = completion.text if content is None else content
         reason = completion.finish_reason.value
         if self.chat:
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"] = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
             if completion.reasoning:
                 choice["message"].update(
                     reasoning_content=completion.reasoning, reasoning=completion.reasoning
