@@ -15,8 +15,11 @@ A model logged as a ResponsesAgent (`interface="responses"`) is answered as MLfl
 answers it, in the Responses format (`responses.answer_agent`).
 
 `POST /serving-endpoints/{name}/invocations` is Databricks Model Serving's path for the same thing:
-its streams hold nothing but `data:` lines (no ping comments) and its errors are in Databricks'
-shape, as MLflow's Databricks client requires.
+its streams hold nothing but `data:` lines (no ping comments), its errors are in Databricks'
+shape, and its whole answers are JSON objects, as MLflow's Databricks client requires (its
+`predict` reads the body as a dict): a chat body (`messages`) of an llmflow model is answered as
+a `chat.completion`, every other answer MLflow's scoring server leaves bare is wrapped in
+`{"predictions": ...}`, as Databricks' custom model endpoints answer.
 
 With tracing on, each request is one MLflow trace (span `llmflow.invocations`); a third-party model
 that traces itself nests its spans in it.
@@ -33,7 +36,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive
 
 from llmflow.errors import LlmflowError, ModelNotFound, UnknownModel, UnsupportedEndpoint
@@ -44,17 +47,19 @@ from llmflow.server.error_answers import error_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
 from llmflow.server.mlflow_format import ChunkDictFormat, LlmflowChunkFormat
 from llmflow.server.model_registry import model_for
+from llmflow.server.openai_format import StreamFormat
 from llmflow.server.pipeline import NOTHING_READ, collect, observe, stream_events
 from llmflow.server.responses import answer_agent, pop_stream_flag
 from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.state import ModelState
-from llmflow.tools import ToolPlan
+from llmflow.tools import ToolPlan, split_answer
 from llmflow.types import CancelToken, Completion
 
 if TYPE_CHECKING:
     from llmflow.llm import PreparedRequest
     from llmflow.mlflow.model import LlmflowPyfuncModel
+    from llmflow.mlflow.predict_call import PredictCall
 
 logger = logging.getLogger(__name__)
 
@@ -133,12 +138,15 @@ async def serving_endpoint_invocations(name: str, request: Request) -> Response:
     except UnknownModel as exc:
         served = ", ".join(repr(name) for name in exc.served)
         raise ModelNotFound(f"no serving endpoint {name!r}; this server serves {served}") from None
-    return await invoke(request, state, ping_s=None)
+    return await invoke(request, state, ping_s=None, databricks=True)
 
 
-async def invoke(request: Request, state: ModelState, *, ping_s: float | None) -> Response:
+async def invoke(
+    request: Request, state: ModelState, *, ping_s: float | None, databricks: bool = False
+) -> Response:
     """/invocations of the model `state`; `ping_s`: the interval of the SSE comments that keep an
-    idle stream alive (None: no comments)."""
+    idle stream alive (None: no comments); `databricks`: answer whole answers as JSON objects, as
+    Databricks' endpoints do."""
     timings = RequestTimings()
     served = state.served
     if served.metadata is None:
@@ -160,11 +168,23 @@ async def invoke(request: Request, state: ModelState, *, ping_s: float | None) -
     if served.llmflow_model is not None:
         if stream:
             return await _stream_llmflow(state, served.llmflow_model, data, timings, receive, ping_s)
-        return await _predict_llmflow(state, served.llmflow_model, data, content_type, timings, receive)
+        chat = databricks and isinstance(data, dict) and "messages" in data
+        answer = _predict_llmflow(state, served.llmflow_model, data, content_type, timings, receive, chat)
+        return await answer if not databricks else _as_object(await answer)
     assert served.pyfunc is not None
     if stream:
         return await _stream(state, served.pyfunc, data, timings, receive, ping_s)
-    return await _predict(state, served.pyfunc, data, content_type, timings, receive)
+    answer = _predict(state, served.pyfunc, data, content_type, timings, receive)
+    return await answer if not databricks else _as_object(await answer)
+
+
+def _as_object(answer: Response) -> Response:
+    """A whole answer on Databricks' path: a bare list (MLflow's answer to an LLM body) wrapped
+    in `{"predictions": ...}`, as Databricks' endpoints answer; objects and errors as they are."""
+    if answer.status_code != 200 or not bytes(answer.body).lstrip().startswith(b"["):
+        return answer
+    body = b'{"predictions": ' + bytes(answer.body) + b"}"
+    return Response(body, media_type=mlflow_scoring.JSON)
 
 
 async def _json_payload(body: bytes, content_type: str) -> dict[str, Any] | None:
@@ -221,11 +241,13 @@ async def _predict_llmflow(
     content_type: str,
     timings: RequestTimings,
     receive: Receive,
+    chat: bool = False,
 ) -> Response:
     """`predict` of an llmflow model in the server's own pipeline: the body parsed and checked
     as MLflow does and by the model's own checks (bad input is a 400 in MLflow's shape before
     any place is taken), the rows generated one after the other as one generation, their
-    answers built by the model's own code and written as MLflow writes them."""
+    answers built by the model's own code and written as MLflow writes them; with `chat`, a
+    conversation's answer is a `chat.completion` instead (Databricks' path)."""
     metadata, llm = state.served.metadata, python_model.llm
     assert metadata is not None and llm is not None
     try:
@@ -250,8 +272,26 @@ async def _predict_llmflow(
             completions = await collect(generation, receive, len(call.generated))
         except Exception as exc:
             return _error_answer(exc)
+    if chat and unwrapped and not call.struct and len(call.rows) == len(completions) == 1:
+        return JSONResponse(_chat_completion(state.served.name, call, completions[0], timed))
     answers = call.answers(zip(completions, timed or repeat(None), strict=False))
     return Response(mlflow_scoring.predictions_json(answers, unwrapped), media_type=mlflow_scoring.JSON)
+
+
+def _chat_completion(
+    model: str, call: PredictCall, completion: Completion, timed: list[RequestTimings] | None
+) -> dict[str, Any]:
+    """A conversation's answer as OpenAI's `chat.completion`, its calls in `message.tool_calls`."""
+    (row,) = call.generated
+    splits = None if row.plan is None else [split_answer(completion.text, row.plan.format)]
+    fmt = StreamFormat(
+        chat=True,
+        model=model,
+        include_usage=False,
+        with_timings=bool(timed),
+        with_logprobs=row.request.params.logprobs is not None,
+    )
+    return fmt.answer([completion], timed[0] if timed else RequestTimings(), splits=splits)
 
 
 async def _stream(

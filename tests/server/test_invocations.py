@@ -102,6 +102,13 @@ def test_stream_sends_each_chunk_then_done(echo):
     ]
 
 
+def test_databricks_path_wraps_a_bare_answer_in_predictions(echo):
+    path = "/serving-endpoints/echo/invocations"
+    assert echo.post(path, json={"prompt": "not streamed"}).json() == {"predictions": ["not streamed"]}
+    records = {"dataframe_records": [{"prompt": "x y"}]}  # wrapped already, by MLflow's scoring
+    assert echo.post(path, json=records).json() == echo.post("/invocations", json=records).json()
+
+
 def test_stream_error_before_the_first_chunk_is_a_json_error(echo):
     response = echo.post("/invocations", json={"prompt": "refuse", "stream": True})
     assert response.status_code == 400 and response.headers["content-type"] == "application/json"

@@ -4,12 +4,15 @@ at `llmflow serve` and DATABRICKS_TOKEN checked as its API key."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from mlflow.deployments import get_deploy_client
 from requests import HTTPError
 
 from tests.server.conftest import TIMEOUT_S, running, sse_events
+from tests.server.schema_checks import check_chat_completion
 
 KEY = "dapi-test-key"
 
@@ -84,3 +87,28 @@ def test_pings_keep_invocations_alive_but_never_reach_the_databricks_path(
         strict = http.post(f"/serving-endpoints/{default_served.name}/invocations", json=body).text
     assert ": ping" in pinged
     assert ": ping" not in strict and all(line.startswith("data: ") for line in strict.split("\n") if line)
+
+
+def test_predict_a_chat_body_is_a_chat_completion_through_mlflows_client(databricks, default_served):
+    inputs = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 5}
+    answer = databricks.predict(endpoint=default_served.name, inputs=inputs)
+    completion = check_chat_completion(json.loads(json.dumps(answer)))
+    assert completion.model == default_served.name and len(completion.choices) == 1
+    assert completion.choices[0].message.role == "assistant" and completion.usage.completion_tokens <= 5
+    *texts, final = databricks.predict_stream(endpoint=default_served.name, inputs=inputs)
+    assert all(set(c) == {"content"} for c in texts) and final["usage"]["completion_tokens"] <= 5
+
+
+def test_predict_an_llm_body_is_wrapped_in_predictions_on_the_databricks_path_only(
+    databricks, endpoint, default_served
+):
+    answer = databricks.predict(endpoint=default_served.name, inputs={"prompt": "Say hi.", "max_tokens": 3})
+    assert set(answer) == {"predictions"} and [type(p) for p in answer["predictions"]] == [str]
+    headers = {"Authorization": f"Bearer {KEY}"}
+    bare = httpx.post(
+        f"{endpoint.url}/invocations",
+        json={"prompt": "Say hi.", "max_tokens": 3},
+        headers=headers,
+        timeout=TIMEOUT_S,
+    )
+    assert bare.status_code == 200 and isinstance(bare.json(), list)  # as `mlflow models serve` answers
