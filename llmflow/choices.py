@@ -17,7 +17,7 @@ from typing import Any
 
 from llmflow.llm import LLM, PreparedRequest
 from llmflow.params import SamplingParams
-from llmflow.types import CancelToken, Chunk, Usage
+from llmflow.types import CancelToken, Chunk, PromptReuse, Usage
 
 SEED_SPACE = 2**32
 
@@ -50,11 +50,15 @@ def stream_choices(
     each choice's chunks on its own (function calls split from its text); its items pass through,
     its final chunk is the choice's."""
     params = choice_params(request.params, n)
+    reuse = PromptReuse()
     with llm.exclusive():
         # each choice its own constraint state: a sampled token advances only its choice's matcher
-        streams = llm.engine.generate_group(request.prompt_ids, params, cancel, llm.matchers(request, n))
+        streams = llm.engine.generate_group(
+            request.prompt_ids, params, cancel, llm.matchers(request, n), reuse
+        )
         chunks = [
-            llm.chunks_of(tokens, request, cancel, p) for tokens, p in zip(streams, params, strict=True)
+            llm.chunks_of(tokens, request, cancel, p, reuse)
+            for tokens, p in zip(streams, params, strict=True)
         ]
         if split is not None:
             chunks = [split(stream) for stream in chunks]
@@ -77,7 +81,9 @@ def _with_total_usage(merged: Iterator[ChoiceChunk], n: int) -> Iterator[ChoiceC
             continue
         ended += 1
         completion_tokens += final.usage.completion_tokens
-        usage = Usage(final.usage.prompt_tokens, completion_tokens) if ended == n else None
+        usage = None
+        if ended == n:
+            usage = Usage(final.usage.prompt_tokens, completion_tokens, final.usage.cached_tokens)
         yield ChoiceChunk(item.index, Chunk("", final.finish_reason, usage))
 
 

@@ -27,7 +27,7 @@ from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate, PromptFormat, parse_messages, prompt_format_of, with_system_prompt
 from llmflow.streaming import stream_chunks
 from llmflow.streaming.reasoning import ReasoningSplitter, opens_thinking
-from llmflow.types import CancelToken, Chunk, Completion, Message, TokenLogprob, current_cancel
+from llmflow.types import CancelToken, Chunk, Completion, Message, PromptReuse, TokenLogprob, current_cancel
 
 #: "parsed": a reasoning model's thinking apart from its answer; "none": as the model wrote it
 ReasoningFormat = Literal["parsed", "none"]
@@ -206,8 +206,9 @@ class LLM:
         cancel = cancel or current_cancel.get() or CancelToken()
         matcher = request.constraint.start() if request.constraint is not None else None
         with self.exclusive():
-            tokens = self.engine.generate(request.prompt_ids, request.params, cancel, matcher)
-            yield from self.chunks_of(tokens, request, cancel)
+            reuse = PromptReuse()
+            tokens = self.engine.generate(request.prompt_ids, request.params, cancel, matcher, reuse)
+            yield from self.chunks_of(tokens, request, cancel, reuse=reuse)
 
     def exclusive(self) -> AbstractContextManager[Any]:
         """Held while a generation runs: a lock for an engine that decodes one at a time."""
@@ -226,9 +227,10 @@ class LLM:
         request: PreparedRequest,
         cancel: CancelToken,
         params: SamplingParams | None = None,
+        reuse: PromptReuse | None = None,
     ) -> Iterator[Chunk]:
         """The streaming core over an engine's `tokens` for `request` (`params`: one choice's,
-        when they differ from the request's)."""
+        when they differ from the request's; `reuse`: where the engine reports cached tokens)."""
         engine = self.engine
         params = params or request.params
         return stream_chunks(
@@ -241,6 +243,7 @@ class LLM:
             cancel=cancel,
             reasoning=None if request.thinking is None else ReasoningSplitter(thinking=request.thinking),
             logprobs=None if params.logprobs is None else engine.token_piece,
+            reuse=reuse,
         )
 
     def generate(
@@ -293,7 +296,12 @@ def collect(chunks: Iterator[Chunk]) -> Completion:
         if chunk.is_final:
             assert chunk.finish_reason is not None and chunk.usage is not None
             return Completion(
-                "".join(parts), chunk.finish_reason, chunk.usage, "".join(thinking), tuple(logprobs)
+                "".join(parts),
+                chunk.finish_reason,
+                chunk.usage,
+                "".join(thinking),
+                tuple(logprobs),
+                chunk.stop_sequence,
             )
         parts.append(chunk.text)
         if chunk.reasoning:

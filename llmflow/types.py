@@ -36,6 +36,16 @@ class Usage:
         }
 
 
+class PromptReuse:
+    """How many of one generation's prompt tokens the engine took from a cache instead of
+    computing them: set by the engine when the generation starts, read for its usage."""
+
+    __slots__ = ("cached_tokens",)
+
+    def __init__(self) -> None:
+        self.cached_tokens = 0
+
+
 class ScoredToken(int):
     """A sampled token id that also carries its log-probability and the most likely tokens' (id,
     logprob) pairs, most likely first: what an engine yields instead of a plain id when the
@@ -95,6 +105,8 @@ class Chunk:
     reasoning: str = ""
     #: the tokens behind this chunk's text, when the request asked for logprobs
     logprobs: tuple[TokenLogprob, ...] = ()
+    #: the final chunk of a stream that ended on a stop string: that string
+    stop_sequence: str | None = None
 
     @property
     def is_final(self) -> bool:
@@ -112,6 +124,8 @@ class Completion:
     reasoning: str = ""
     #: every token's logprob, when the request asked for them
     logprobs: tuple[TokenLogprob, ...] = ()
+    #: the stop string the answer ended on, if it ended on one
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

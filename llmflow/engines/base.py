@@ -24,10 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.constraints.vocabulary import TokenVocabulary
+from llmflow.engines.prompt_cache import CacheStats
 from llmflow.errors import InvalidParams, InvalidRequest
 from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.streaming.detokenizer import Detokenizer
-from llmflow.types import CancelToken, TemplateText
+from llmflow.types import CancelToken, PromptReuse, TemplateText
 
 OptionsT = TypeVar("OptionsT", bound="EngineOptions")
 #: seeds are 32-bit; a choice's default seed wraps around
@@ -63,6 +64,8 @@ class TokenRequest:
     #: tokens to yield at most: `max_tokens`, or what is left of the context window
     limit: int
     constraint: TokenMatcher | None = None
+    #: where the engine says how many prompt tokens it reused (None: nobody asks)
+    reuse: PromptReuse | None = None
 
 
 def token_request(
@@ -74,13 +77,14 @@ def token_request(
     *,
     default_seed: int | None = None,
     choice: int = 0,
+    reuse: PromptReuse | None = None,
 ) -> TokenRequest:
     """The request for one generation (choice `choice` of a group: a default seed one apart per
     choice, as `llmflow.choices` does for a request's own seed)."""
     if params.seed is None and default_seed is not None:
         params = params.model_copy(update={"seed": (default_seed + choice) % SEED_SPACE})
     limit = min(params.max_tokens, n_ctx - len(prompt_ids))
-    return TokenRequest(prompt_ids, params, cancel, limit, constraint)
+    return TokenRequest(prompt_ids, params, cancel, limit, constraint, reuse)
 
 
 class Engine(ABC):
@@ -155,15 +159,17 @@ class Engine(ABC):
         params: SamplingParams,
         cancel: CancelToken,
         constraint: TokenMatcher | None = None,
+        reuse: PromptReuse | None = None,
     ) -> Iterator[int]:
         """Yield sampled token ids until the caller stops iterating, `cancel` is raised, `max_tokens`
         are out or the context is full. Closing the iterator frees the generation's engine state.
+        `reuse` hears how many prompt tokens came from a cache (an engine with none leaves it 0).
 
         With a `constraint`, every token is sampled from logits masked by
         `constraint.allowed()` (greedy too: the masked argmax) and passed to
         `constraint.advance` before the next one is sampled."""
         request = token_request(
-            prompt_ids, params, cancel, self.n_ctx, constraint, default_seed=self.options.seed
+            prompt_ids, params, cancel, self.n_ctx, constraint, default_seed=self.options.seed, reuse=reuse
         )
         return self.tokens(request) if request.limit > 0 else iter(())
 
@@ -173,15 +179,19 @@ class Engine(ABC):
         params: Sequence[SamplingParams],
         cancel: CancelToken,
         constraints: Sequence[TokenMatcher | None] | None = None,
+        reuse: PromptReuse | None = None,
     ) -> list[Iterator[int]]:
         """Several answers to one prompt (OpenAI's `n`), one token iterator each. `constraints`:
-        one matcher per choice (never shared: each holds its own choice's state), or None."""
+        one matcher per choice (never shared: each holds its own choice's state), or None.
+        `reuse` hears the first choice's reused prompt tokens (the others copy its prompt)."""
         matchers = list(constraints) if constraints is not None else [None] * len(params)
         if len(matchers) != len(params):
             raise ValueError("one constraint (or None) per choice")
         n_ctx, seed = self.n_ctx, self.options.seed
         requests = [
-            token_request(prompt_ids, p, cancel, n_ctx, c, default_seed=seed, choice=i)
+            token_request(
+                prompt_ids, p, cancel, n_ctx, c, default_seed=seed, choice=i, reuse=reuse if i == 0 else None
+            )
             for i, (p, c) in enumerate(zip(params, matchers, strict=True))
         ]
         if n_ctx - len(prompt_ids) <= 0:
@@ -212,6 +222,10 @@ class Engine(ABC):
 
     def stats(self) -> Any | None:
         """Scheduler numbers for the server's metrics (a batching engine); None otherwise."""
+        return None
+
+    def cache_stats(self) -> CacheStats | None:
+        """What the prompt cache's tiers hold (bytes, entries); None: the engine has none."""
         return None
 
     @property

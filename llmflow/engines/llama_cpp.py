@@ -20,9 +20,11 @@ from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine, EngineOptions, TokenRequest
 from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
+from llmflow.engines.llama_cpp_state import prompt_cache_for, restore_sequence, save_sequence
 from llmflow.engines.logprobs import scored
 from llmflow.engines.memory import llama_cpp_bytes
 from llmflow.engines.openmp import release_thread_team
+from llmflow.engines.prompt_cache import CacheStats, PromptCache, common_prefix
 from llmflow.errors import EngineUnavailable, ModelNotFound
 from llmflow.model_files import model_name_of
 from llmflow.params import SamplingParams
@@ -35,6 +37,9 @@ KV_CACHE_TYPES: dict[str, int] = {"f16": 1, "q8_0": 8}
 ALL_LAYERS = 0x7FFFFFFF
 #: llama.cpp's seed value that asks for a random seed
 RANDOM_SEED = 0xFFFFFFFF
+#: a saved state is restored when it holds at least this many more of a prompt's tokens than
+#: the context does (fewer are cheaper to compute than to copy in)
+RESTORE_MARGIN = 32
 
 
 def usable_cores() -> int:
@@ -81,11 +86,24 @@ class LlamaCppOptions(EngineOptions):
         "(benchmarks); a completed output constraint still allows only those tokens",
     )
     prompt_cache: bool = Field(
-        False,
-        description="reuse the KV cache of a shared prompt prefix: a faster first token in long "
-        "chats, but llama.cpp's numbers then depend on how the prompt was split, so greedy answers "
-        "to the same request may differ slightly from call to call",
+        True,
+        description="keep each conversation's KV state (prompt and answer) after its request and "
+        "reuse the longest shared token prefix: a long chat's next turn computes only its new "
+        "tokens. Off, nothing is reused (llama_cpp) or only whole prompt chunks, computed in the "
+        "same splits as a cold request (llama_cpp_batched): the same request then always gives "
+        "the same numbers, where reuse may change a greedy answer on builds whose kernels depend "
+        "on the batch's size",
     )
+    prompt_cache_ram_mib: int = Field(
+        1024,
+        ge=0,
+        description="host-memory tier of the prompt cache, in MiB: conversations that leave the "
+        "engine's sequences are saved there and restored when they come back (0 = off)",
+    )
+    prompt_cache_dir: str | None = Field(
+        None, description="disk tier of the prompt cache: saved states outlive a restart"
+    )
+    prompt_cache_disk_mib: int = Field(4096, ge=0, description="disk tier's budget in MiB")
 
     @field_validator("kv_cache_type")
     @classmethod
@@ -189,16 +207,21 @@ class VocabMethods:
 
 
 class LlamaCppEngine(VocabMethods, Engine):
-    """One llama.cpp model and context. Generations run one at a time (callers serialise);
-    the KV cache keeps the previous prompt, so a shared prefix is not computed twice."""
+    """One llama.cpp model and context. Generations run one at a time (callers serialise).
+    With `prompt_cache` the context keeps the last conversation (prompt and answer), so its next
+    turn computes only its new tokens, and a conversation it replaces goes to the prompt cache
+    (host memory, disk), from which it is restored when it comes back."""
 
     name: ClassVar[str] = "llama_cpp"
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
     thread_option: ClassVar[str | None] = "n_threads"
     scores_tokens: ClassVar[bool] = True
 
-    def __init__(self, llama: Any, model_path: Path, options: LlamaCppOptions):
+    def __init__(
+        self, llama: Any, model_path: Path, options: LlamaCppOptions, prompt_cache: PromptCache | None = None
+    ):
         self._llama = llama
+        self._prompt_cache = prompt_cache
         self._model_path = model_path
         self.options = options
         self._vocab = LlamaVocab(llama._model, llama.metadata)
@@ -226,7 +249,9 @@ class LlamaCppEngine(VocabMethods, Engine):
                 )
         except ValueError as exc:
             raise ModelNotFound(f"llama.cpp could not load {str(path)!r}: {exc}") from None
-        return cls(llama, path, parsed)
+        import llama_cpp
+
+        return cls(llama, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed))
 
     @property
     def model_name(self) -> str:
@@ -242,6 +267,10 @@ class LlamaCppEngine(VocabMethods, Engine):
         llama.set_seed(params.seed if params.seed is not None else RANDOM_SEED)
         if not self.options.prompt_cache:
             llama.reset()  # evaluate the whole prompt: the same request gives the same numbers
+        else:
+            kept = self._keep_longest_prefix(request.prompt_ids)
+            if request.reuse is not None:
+                request.reuse.cached_tokens = kept
         tokens = llama.generate(
             request.prompt_ids,
             top_k=params.top_k,
@@ -266,6 +295,55 @@ class LlamaCppEngine(VocabMethods, Engine):
             tokens.close()
             release_thread_team()  # see `llmflow.engines.openmp`: callers' threads vary
 
+    def _keep_longest_prefix(self, prompt: Sequence[int]) -> int:
+        """Leave in the context the longest kept prefix of `prompt` (the context's own, or a
+        saved state restored), never all of it: the last prompt token's logits give the first
+        token. How many tokens it holds; `Llama.generate` computes the rest."""
+        import llama_cpp
+
+        llama, cache = self._llama, self._prompt_cache
+        held = llama.input_ids[: llama.n_tokens].tolist()
+        limit = len(prompt) - 1
+        keep = min(common_prefix(held, prompt), limit)
+        if cache is not None:
+            saved, key = cache.longest(prompt)
+            if key is not None and min(saved, limit) >= keep + RESTORE_MARGIN:
+                self._spill(held)
+                keep = self._restore(key, prompt)
+            elif len(held) - keep >= cache.min_tokens:
+                self._spill(held)
+        memory = llama_cpp.llama_get_memory(llama.ctx)
+        llama_cpp.llama_memory_seq_rm(memory, -1, keep, -1)
+        llama.n_tokens = keep
+        return keep
+
+    def _restore(self, key: str, prompt: Sequence[int]) -> int:
+        """Load a saved state into the context; how many of `prompt`'s tokens it holds."""
+        import llama_cpp
+
+        assert self._prompt_cache is not None
+        loaded = self._prompt_cache.load(key)
+        llama = self._llama
+        if loaded is None or not restore_sequence(llama_cpp, llama.ctx, 0, loaded[1]):
+            return 0
+        tokens = loaded[0]
+        llama.input_ids[: len(tokens)] = tokens
+        return min(common_prefix(tokens, prompt), len(prompt) - 1)
+
+    def _spill(self, held: list[int]) -> None:
+        """Save the context's conversation to the prompt cache before it is replaced."""
+        import llama_cpp
+
+        cache = self._prompt_cache
+        if cache is None or cache.covers(held):
+            return
+        state = save_sequence(llama_cpp, self._llama.ctx, 0)
+        if state is not None:
+            cache.put(held, state)
+
+    def cache_stats(self) -> CacheStats | None:
+        return self._prompt_cache.stats() if self._prompt_cache is not None else None
+
     def _last_logits(self) -> Any:
         import llama_cpp
         import numpy as np
@@ -280,6 +358,8 @@ class LlamaCppEngine(VocabMethods, Engine):
         return llama_cpp_bytes(llama_cpp, self._llama._model.model, self.n_ctx, self.options.kv_cache_type)
 
     def close(self) -> None:
+        if self._prompt_cache is not None:
+            self._prompt_cache.close()
         self._embedder.close()
         self._llama.close()
 

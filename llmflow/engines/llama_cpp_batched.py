@@ -33,9 +33,11 @@ from llmflow.engines.llama_cpp import (
     usable_cores,
 )
 from llmflow.engines.llama_cpp_embed import lazy_embedder
+from llmflow.engines.llama_cpp_state import prompt_cache_for, restore_sequence, save_sequence
 from llmflow.engines.logprobs import scored
 from llmflow.engines.memory import llama_cpp_bytes, llama_kv_bytes_per_token
 from llmflow.engines.openmp import release_thread_team
+from llmflow.engines.prompt_cache import CacheStats, PromptCache
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
 from llmflow.errors import EngineFailed, InvalidParams, ModelNotFound
 from llmflow.model_files import model_name_of
@@ -161,9 +163,15 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
     scores_tokens: ClassVar[bool] = True
 
     def __init__(
-        self, backend: LlamaStepBackend, vocab: LlamaVocab, model_path: Path, options: LlamaCppBatchedOptions
+        self,
+        backend: LlamaStepBackend,
+        vocab: LlamaVocab,
+        model_path: Path,
+        options: LlamaCppBatchedOptions,
+        prompt_cache: PromptCache | None = None,
     ):
         self._backend = backend
+        self._prompt_cache = prompt_cache
         self._vocab = vocab
         self._model_path = model_path
         self.options = options
@@ -177,6 +185,8 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
             prefill_chunk=shape.prefill_chunk,
             eos_token_ids=self.eos_token_ids,
             one_pass=shape.one_pass,
+            reuse_tokens=options.prompt_cache,
+            prompt_cache=prompt_cache,
         )
 
     @classmethod
@@ -189,7 +199,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         except BaseException:
             model.close()
             raise
-        return cls(backend, vocab, path, parsed)
+        return cls(backend, vocab, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed))
 
     @property
     def model_name(self) -> str:
@@ -214,6 +224,9 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
     def stats(self) -> SchedulerStats:
         return self._scheduler.stats()
 
+    def cache_stats(self) -> CacheStats | None:
+        return self._prompt_cache.stats() if self._prompt_cache is not None else None
+
     @property
     def steps_on_gpu(self) -> bool:
         return self._backend.shape.on_gpu
@@ -224,6 +237,8 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
 
     def close(self) -> None:
         self._scheduler.close()
+        if self._prompt_cache is not None:
+            self._prompt_cache.close()
         self._embedder.close()
         self._backend.close()
 
@@ -430,6 +445,12 @@ class LlamaStepBackend:
             return keep
         self._lib.llama_memory_seq_rm(self._memory, seq, -1, -1)  # whole sequences always go
         return 0
+
+    def save(self, seq: int) -> bytes | None:
+        return save_sequence(self._lib, self._ctx, seq)
+
+    def restore(self, seq: int, state: bytes) -> bool:
+        return restore_sequence(self._lib, self._ctx, seq, state)
 
     def idle(self) -> None:
         release_thread_team()  # see `llmflow.engines.openmp`; the next step starts a team again

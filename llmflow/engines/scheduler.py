@@ -19,9 +19,10 @@ from typing import Any, Protocol
 
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import TokenRequest
+from llmflow.engines.prompt_cache import PromptCache, common_prefix
 from llmflow.errors import EngineFailed
 from llmflow.params import SamplingParams
-from llmflow.types import CancelToken
+from llmflow.types import CancelToken, PromptReuse
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,14 @@ class StepBackend(Protocol):
         """Nothing runs or waits any more: a chance to give back what only decoding needs."""
         ...
 
+    def save(self, seq: int) -> bytes | None:
+        """Sequence `seq`'s KV state as bytes (for the prompt cache), or None."""
+        ...
+
+    def restore(self, seq: int, state: bytes) -> bool:
+        """Replace what `seq` holds with a saved state; False (and `seq` empty) when refused."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerStats:
@@ -81,6 +90,11 @@ class SchedulerStats:
     #: tokens that went through the model: prompt tokens plus fed-back generated tokens
     tokens_decoded_total: int
     tokens_generated_total: int
+    #: prompt tokens taken from a kept sequence or the prompt cache instead of being computed
+    prompt_tokens_reused_total: int = 0
+    #: states saved to / restored from the prompt cache
+    cache_saves_total: int = 0
+    cache_restores_total: int = 0
 
 
 class Request:
@@ -98,6 +112,7 @@ class Request:
         "out",
         "params",
         "prompt_len",
+        "reuse",
         "sampler",
         "seq",
         "tokens",
@@ -110,6 +125,7 @@ class Request:
         cancel: CancelToken,
         limit: int,
         constraint: TokenMatcher | None = None,
+        reuse: PromptReuse | None = None,
     ):
         self.tokens = list(prompt_ids)
         self.prompt_len = len(self.tokens)
@@ -129,6 +145,8 @@ class Request:
         self.leader: Request | None = None
         #: this generation's own output constraint state
         self.constraint = constraint
+        #: where the engine reports how many prompt tokens it did not compute
+        self.reuse = reuse
 
     @property
     def pending(self) -> int:
@@ -143,7 +161,9 @@ _END = object()
 
 
 def _request(request: TokenRequest) -> Request:
-    return Request(request.prompt_ids, request.params, request.cancel, request.limit, request.constraint)
+    return Request(
+        request.prompt_ids, request.params, request.cancel, request.limit, request.constraint, request.reuse
+    )
 
 
 class TokenStream:
@@ -249,15 +269,6 @@ def _waits_for_leader(request: Request) -> bool:
     return leader is not None and not leader.ended and leader.seq >= 0 and leader.fed < leader.prompt_len
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 class BatchScheduler:
     """Runs every active request in one batched step, each in its own sequence.
 
@@ -266,9 +277,12 @@ class BatchScheduler:
     forward passes. A finished request's sequence is refilled by a waiting request or by moving
     the highest one down.
 
-    A free sequence keeps the whole prompt chunks it computed: a new request whose prompt starts
-    with them does not compute them again. Only those are reused, not generated tokens (computed
-    one at a time) nor a partial last chunk, so that reuse never changes a result.
+    A free sequence keeps what its last request computed, prompt and answer: a new request
+    whose prompt starts with any of it (the next turn of that conversation, a shared system
+    prompt) computes only the rest, to the token (`reuse_tokens`). With `reuse_tokens` off, only
+    whole prompt chunks are reused (computed in the same splits as any cold request), so that
+    reuse never changes a result. A sequence's content about to be overwritten goes to the
+    `prompt_cache` (host memory, disk), from which a later request restores it.
     """
 
     def __init__(
@@ -281,6 +295,8 @@ class BatchScheduler:
         prefill_chunk: int,
         eos_token_ids: Collection[int],
         one_pass: bool = False,
+        reuse_tokens: bool = True,
+        prompt_cache: PromptCache | None = None,
     ):
         """`one_pass`: each step is one forward pass over the decoding tokens and the prompt
         chunks together (for a GPU, where that costs about as much as the decoding tokens alone)."""
@@ -292,6 +308,8 @@ class BatchScheduler:
         self.n_batch = n_batch
         self.prefill_chunk = prefill_chunk
         self.one_pass = one_pass
+        self.reuse_tokens = reuse_tokens
+        self.prompt_cache = prompt_cache if prompt_cache is not None and prompt_cache.enabled else None
         self._eos = frozenset(eos_token_ids)
         self._cond = threading.Condition()
         self._waiting: deque[Request] = deque()
@@ -304,6 +322,9 @@ class BatchScheduler:
         self._steps = 0
         self._decoded = 0
         self._generated = 0
+        self._reused = 0
+        self._saves = 0
+        self._restores = 0
         self._thread = threading.Thread(target=self._run, name="llmflow-batch-scheduler", daemon=True)
         self._thread.start()
 
@@ -344,6 +365,9 @@ class BatchScheduler:
             steps=self._steps,
             tokens_decoded_total=self._decoded,
             tokens_generated_total=self._generated,
+            prompt_tokens_reused_total=self._reused,
+            cache_saves_total=self._saves,
+            cache_restores_total=self._restores,
         )
 
     def close(self) -> None:
@@ -474,8 +498,8 @@ class BatchScheduler:
             self._finish(request)
 
     def _finish(self, request: Request, error: EngineFailed | None = None) -> None:
-        """Free the request's sequence (its whole prompt chunks stay cached unless the pass
-        failed), then tell its consumer."""
+        """Free the request's sequence (what it computed stays there for the next request, unless
+        the pass failed), then tell its consumer."""
         seq = request.seq
         request.seq = -1
         self._running.remove(request)
@@ -483,8 +507,12 @@ class BatchScheduler:
         self.backend.free_sampler(request.sampler)
         request.sampler = None
         if error is None:
-            whole_chunks = request.prompt_len // self.prefill_chunk * self.prefill_chunk
-            self._cached[seq] = request.tokens[: min(request.fed, whole_chunks)]
+            if self.reuse_tokens:
+                self._cached[seq] = request.tokens[: request.fed]
+            else:
+                whole_chunks = request.prompt_len // self.prefill_chunk * self.prefill_chunk
+                kept = min(request.fed, whole_chunks)
+                self._cached[seq] = request.tokens[: self.backend.truncate(seq, kept)]
             request.out.put(_END)
             return
         self._cached[seq] = []
@@ -518,35 +546,87 @@ class BatchScheduler:
                 self._waiting.extendleft(reversed(deferred))
 
     def _place(self, request: Request, seq: int) -> None:
-        """Start `request` in sequence `seq`, reusing the longest cached prefix of its prompt
-        (copied from another free sequence when that one holds more)."""
-        reuse = self._reusable(seq, request)
-        best, best_reuse = seq, reuse
-        for other, holder in enumerate(self._holder):
-            if holder is None and other != seq:
-                n = self._reusable(other, request)
-                if n > best_reuse:
-                    best, best_reuse = other, n
-        if best != seq:
-            self.backend.copy(best, seq)  # a memory copy: cheaper than computing a chunk
-            self._cached[seq] = self._cached[best]
-            reuse = best_reuse
+        """Start `request` in sequence `seq`, reusing the longest kept prefix of its prompt:
+        `seq`'s own, another free sequence's (copied), or a saved state (restored)."""
+        reuse = self._take_longest_prefix(seq, request)
         leader = request.leader
         if leader is not None and leader.seq >= 0 and request.prompt_len - 1 > reuse:
+            self._keep(seq)
             self.backend.copy(leader.seq, seq)  # the prompt its leader computed
             reuse = request.prompt_len - 1
+        else:
+            self._keep(seq, keeping=reuse)  # the part past `reuse` is about to go
         request.fed = self.backend.truncate(seq, reuse)
+        if request.leader is None:
+            self._reused += request.fed
+            if request.reuse is not None:
+                request.reuse.cached_tokens = request.fed
         request.seq = seq
         request.sampler = self.backend.new_sampler(request.params)
         self._holder[seq] = request
         self._cached[seq] = []
         self._running.append(request)
 
-    def _reusable(self, seq: int, request: Request) -> int:
-        """Whole chunks of the cached prefix that `request` can keep; at least its last prompt
-        token is computed again, since its logits give the first token."""
-        n = min(common_prefix(self._cached[seq], request.tokens), request.prompt_len - 1)
-        return n // self.prefill_chunk * self.prefill_chunk
+    def _take_longest_prefix(self, seq: int, request: Request) -> int:
+        """Put the longest kept prefix of `request`'s prompt into `seq`: from `seq` itself,
+        another free sequence (a memory copy: cheaper than computing a chunk) or the prompt cache
+        (restored when it holds at least a chunk more). How many tokens `seq` then holds for it."""
+        best, most = seq, self._reusable(self._cached[seq], request)
+        for other, holder in enumerate(self._holder):
+            if holder is None and other != seq:
+                n = self._reusable(self._cached[other], request)
+                if n > most:
+                    best, most = other, n
+        if self.prompt_cache is not None:
+            saved, key = self.prompt_cache.longest(request.tokens)
+            if key is not None and self._usable(saved, request) >= most + self.prefill_chunk:
+                restored = self._restore(seq, key, request)
+                if restored:
+                    return restored
+        if best != seq:
+            self._keep(seq, avoid=best)
+            self.backend.copy(best, seq)
+            self._cached[seq] = self._cached[best]
+        return most
+
+    def _restore(self, seq: int, key: str, request: Request) -> int:
+        """Load a saved state into `seq` (what `seq` held goes to the cache first); how many of
+        `request`'s tokens it holds, 0 when it could not be loaded."""
+        assert self.prompt_cache is not None
+        loaded = self.prompt_cache.load(key)
+        if loaded is None:
+            return 0
+        tokens, state = loaded
+        self._keep(seq)
+        self._cached[seq] = []
+        if not self.backend.restore(seq, state):
+            log.warning("the engine refused a saved prompt state; computing the prompt")
+            return 0
+        self._restores += 1
+        self._cached[seq] = list(tokens)
+        return self._reusable(self._cached[seq], request)
+
+    def _spill(self, seq: int) -> None:
+        """Save what free sequence `seq` holds to the prompt cache (unless the cache holds it
+        already, or it is too short to be worth it)."""
+        cached = self._cached[seq]
+        cache = self.prompt_cache
+        if cache is None or cache.covers(cached):
+            return
+        state = self.backend.save(seq)
+        if state is not None:
+            self._saves += 1
+            self.prompt_cache.put(cached, state)
+
+    def _reusable(self, cached: Sequence[int], request: Request) -> int:
+        return self._usable(common_prefix(cached, request.tokens), request)
+
+    def _usable(self, shared: int, request: Request) -> int:
+        """Of `shared` tokens kept for `request`'s prompt, those it keeps: at least its last
+        prompt token is computed again, since its logits give the first token; without
+        `reuse_tokens`, whole chunks only."""
+        n = min(shared, request.prompt_len - 1)
+        return n if self.reuse_tokens else n // self.prefill_chunk * self.prefill_chunk
 
     def _compact(self) -> None:
         """Move the highest running sequences down into gaps, so running ones are 0..n-1; a
@@ -559,24 +639,29 @@ class BatchScheduler:
             top = max(r.seq for r in self._running)
             request = self._holder[top]
             assert request is not None
-            self._keep_cached(gap, top)
+            self._keep(gap, avoid=top)
             self.backend.copy(top, gap)
             self.backend.truncate(top, 0)
             self._holder[gap], self._holder[top] = request, None
             self._cached[gap], self._cached[top] = [], []
             request.seq = gap
 
-    def _keep_cached(self, gap: int, top: int) -> None:
-        """Copy the gap's cached chunks to the free sequence whose own cache is shortest (not
-        the gap, nor `top`, which is about to move), unless every one holds at least as much."""
-        if not self._cached[gap]:
+    def _keep(self, seq: int, keeping: int = 0, avoid: int = -1) -> None:
+        """Before all but the first `keeping` tokens that free sequence `seq` holds are
+        overwritten, keep them (when at least a chunk's worth would go): in the free sequence
+        holding the fewest (not `seq`, nor `avoid`, about to be read), a memory copy, when it
+        holds fewer; that one's own, or else `seq`'s, go to the prompt cache."""
+        cached = self._cached[seq]
+        if len(cached) - keeping < self.prefill_chunk:
             return
-        spares = [s for s, h in enumerate(self._holder) if h is None and s not in (gap, top)]
+        spares = [s for s, h in enumerate(self._holder) if h is None and s not in (seq, avoid)]
         spare = min(spares, key=lambda s: len(self._cached[s]), default=None)
-        if spare is None or len(self._cached[spare]) >= len(self._cached[gap]):
+        if spare is None or len(self._cached[spare]) >= len(cached):
+            self._spill(seq)
             return
-        self.backend.copy(gap, spare)  # a memory copy: cheaper than computing the chunks again
-        self._cached[spare] = self._cached[gap]
+        self._spill(spare)
+        self.backend.copy(seq, spare)  # a memory copy: cheaper than computing the tokens again
+        self._cached[spare] = cached
 
     def _fail_everything(self, failure: EngineFailed) -> None:
         """End every request with `failure`: consumers first, so none waits on a broken backend."""

@@ -11,7 +11,7 @@ from llmflow.streaming.detokenizer import Detokenizer
 from llmflow.streaming.logprobs import TokenPiece, describe
 from llmflow.streaming.reasoning import ReasoningSplitter
 from llmflow.streaming.stops import StopMatcher
-from llmflow.types import CancelToken, Chunk, FinishReason, TokenLogprob, Usage
+from llmflow.types import CancelToken, Chunk, FinishReason, PromptReuse, TokenLogprob, Usage
 
 
 def stream_chunks(
@@ -25,13 +25,15 @@ def stream_chunks(
     cancel: CancelToken | None = None,
     reasoning: ReasoningSplitter | None = None,
     logprobs: TokenPiece | None = None,
+    reuse: PromptReuse | None = None,
 ) -> Iterator[Chunk]:
     """Yield non-empty text chunks, then one final chunk with the finish reason and usage.
 
     With `reasoning`, a reasoning model's thinking comes in chunks of its own (`Chunk.reasoning`),
     split after stop strings are cut. With `logprobs` (a token's bytes), the engine yields
     `ScoredToken`s and each chunk carries the logprobs of the tokens generated since the chunk
-    before it (the end-of-generation token's is left out).
+    before it (the end-of-generation token's is left out). `reuse`: the engine's count of prompt
+    tokens taken from a cache, read into the usage when the stream ends.
 
     `tokens` is closed as soon as the stream ends for any reason, including the consumer closing
     this generator, so the engine frees its state between two tokens.
@@ -83,7 +85,8 @@ def stream_chunks(
             finish = FinishReason.STOP
     if reasoning is not None:
         yield from _pieces(*reasoning.flush(), scored)
-    yield Chunk("", finish, Usage(prompt_tokens, generated))
+    usage = Usage(prompt_tokens, generated, reuse.cached_tokens if reuse is not None else 0)
+    yield Chunk("", finish, usage, stop_sequence=stops.matched)
 
 
 def _dressed(text: str, reasoning: ReasoningSplitter | None, scored: list[TokenLogprob]) -> list[Chunk]:

@@ -14,7 +14,7 @@ class StopMatcher:
     one that starts earliest cuts. After a stop, the matcher must not be fed again.
     """
 
-    __slots__ = ("_stops", "_first_chars", "_longest", "_held")
+    __slots__ = ("_stops", "_first_chars", "_longest", "_held", "matched")
 
     def __init__(self, stops: Sequence[str]):
         if any(s == "" for s in stops):
@@ -23,6 +23,8 @@ class StopMatcher:
         self._first_chars = frozenset(s[0] for s in self._stops)
         self._longest = max((len(s) for s in self._stops), default=0)
         self._held = ""
+        #: the stop string that cut the text, once one has
+        self.matched: str | None = None
 
     @property
     def held(self) -> str:
@@ -32,8 +34,9 @@ class StopMatcher:
         if not self._stops:
             return text, False
         buffer = self._held + text
-        cut = self._earliest_match(buffer)
-        if cut is not None:
+        match = self._earliest_match(buffer)
+        if match is not None:
+            cut, self.matched = match
             self._held = ""
             return buffer[:cut], True
         hold_from = self._hold_start(buffer)
@@ -45,12 +48,13 @@ class StopMatcher:
         held, self._held = self._held, ""
         return held
 
-    def _earliest_match(self, buffer: str) -> int | None:
+    def _earliest_match(self, buffer: str) -> tuple[int, str] | None:
+        """Where the earliest stop string starts, and which one it is."""
         best = None
         for stop in self._stops:
             index = buffer.find(stop)
-            if index != -1 and (best is None or index < best):
-                best = index
+            if index != -1 and (best is None or index < best[0]):
+                best = index, stop
         return best
 
     def _hold_start(self, buffer: str) -> int:

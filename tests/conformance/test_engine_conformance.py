@@ -29,8 +29,8 @@ class CountingEngine:
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
-    def generate(self, prompt_ids, params, cancel, constraint=None):
-        for token in self._engine.generate(prompt_ids, params, cancel, constraint):
+    def generate(self, prompt_ids, params, cancel, constraint=None, reuse=None):
+        for token in self._engine.generate(prompt_ids, params, cancel, constraint, reuse):
             self.yielded += 1
             yield token
 

@@ -5,6 +5,7 @@ prefixes) changes the output and fails the comparison with a request run alone."
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 
@@ -77,6 +78,13 @@ class SimBackend:
         del self.kv[seq][keep:]
         return keep
 
+    def save(self, seq):
+        return json.dumps(self.kv[seq]).encode()
+
+    def restore(self, seq, state):
+        self.kv[seq] = json.loads(state)
+        return True
+
 
 def alone(prompt: list[int], max_tokens: int, seed: int = 0, n_ctx: int = 256) -> list[int]:
     tokens, out = list(prompt), []
@@ -89,7 +97,7 @@ def alone(prompt: list[int], max_tokens: int, seed: int = 0, n_ctx: int = 256) -
     return out
 
 
-def make(parallel=4, delay_s=0.0, n_batch=64, one_pass=False):
+def make(parallel=4, delay_s=0.0, n_batch=64, one_pass=False, reuse_tokens=True, prompt_cache=None):
     backend = SimBackend(parallel, delay_s)
     scheduler = BatchScheduler(
         backend,
@@ -99,6 +107,8 @@ def make(parallel=4, delay_s=0.0, n_batch=64, one_pass=False):
         prefill_chunk=CHUNK,
         eos_token_ids={EOS},
         one_pass=one_pass,
+        reuse_tokens=reuse_tokens,
+        prompt_cache=prompt_cache,
     )
     return backend, scheduler
 
@@ -269,8 +279,9 @@ def test_running_sequences_stay_contiguous():
     assert all(seqs == sorted(seqs) for seqs in batched)
 
 
-def test_a_repeated_prompt_reuses_its_whole_chunks(sim):
-    _, scheduler = sim
+def test_a_repeated_prompt_reuses_its_whole_chunks():
+    """With token reuse off (`prompt_cache=false`), only whole prompt chunks are reused."""
+    _, scheduler = make(reuse_tokens=False)
     p = prompt(3, 21)
     first = list(submit(scheduler, p, params(4), CancelToken()))
     before = scheduler.stats().tokens_decoded_total
@@ -278,6 +289,7 @@ def test_a_repeated_prompt_reuses_its_whole_chunks(sim):
     assert first == second == alone(p, 4)
     # chunks [0, 8) and [8, 16) are reused; [16, 21) and the fed-back tokens are computed
     assert scheduler.stats().tokens_decoded_total - before == 5 + 3
+    scheduler.close()
 
 
 def assert_prefix_copied(scheduler: BatchScheduler, shared: list[int]) -> None:
