@@ -196,7 +196,10 @@ class Unauthorized(LlmflowError):
 
     code = "invalid_api_key"
 
-    def __init__(self, message: str = "a valid API key is needed: send 'Authorization: Bearer <key>'"):
+    def __init__(
+        self,
+        message: str = "a valid API key is needed: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+    ):
         super().__init__(message)
 
 

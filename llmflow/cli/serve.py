@@ -73,7 +73,8 @@ def serve(
     api_key: Annotated[
         str | None,
         typer.Option(
-            help=f"require 'Authorization: Bearer <key>' (also read from ${API_KEY_ENV})",
+            help=f"require 'Authorization: Bearer <key>' or 'x-api-key: <key>' (also read from "
+            f"${API_KEY_ENV})",
             envvar=API_KEY_ENV,
             show_default=False,
             show_envvar=True,

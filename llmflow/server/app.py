@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from starlette.middleware.cors import CORSMiddleware
 
 from llmflow import __version__
-from llmflow.server import embeddings, health, invocations, openai, playground, responses, tokens
+from llmflow.server import anthropic, embeddings, health, invocations, openai, playground, responses, tokens
 from llmflow.server.error_answers import EXCEPTION_HANDLERS
 from llmflow.server.metrics import ServerMetrics
 from llmflow.server.middleware import ApiKeyMiddleware, BodyLimitMiddleware, ResponseCounterMiddleware
@@ -33,6 +33,7 @@ ROUTERS = (
     health.router,
     openai.router,
     responses.router,
+    anthropic.router,
     embeddings.router,
     tokens.router,
     invocations.router,
@@ -122,7 +123,13 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "X-Api-Key",
+                "Anthropic-Version",
+                "Anthropic-Beta",
+            ],
         )
     app.add_middleware(
         ResponseCounterMiddleware, count=state.metrics.count_response, known_paths=lambda: state.known_paths

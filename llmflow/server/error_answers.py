@@ -1,4 +1,5 @@
-"""The one place where errors become HTTP answers: status, OpenAI's error shape, headers.
+"""The one place where errors become HTTP answers: status, OpenAI's error shape (Databricks' and
+Anthropic's on their own paths), headers.
 
 llmflow errors are mapped by class (never by message text) through `ERROR_TABLE`; the most
 specific class listed wins.
@@ -113,10 +114,56 @@ _DATABRICKS_CODES = {
 }
 
 
+#: Anthropic's Messages API: its clients read errors in Anthropic's shape
+ANTHROPIC_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
+#: HTTP status -> Anthropic's error type (other statuses: api_error from 500 on, else invalid_request_error)
+_ANTHROPIC_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+#: Anthropic's status for a server too busy to take the request (llmflow's 503 overloaded_error)
+ANTHROPIC_OVERLOADED = 529
+
+
+def anthropic_error(status: int, message: str) -> dict[str, Any]:
+    """`{"type": "error", "error": {"type", "message"}}`, the type read from the status."""
+    fallback = "api_error" if status >= 500 else "invalid_request_error"
+    return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, fallback), "message": message}}
+
+
+def anthropic_status_of(error: BaseException) -> int:
+    """The status Anthropic's clients expect: 529 for an overloaded server, else llmflow's own."""
+    if not isinstance(error, LlmflowError):
+        return 500
+    status, type_ = status_of(error)
+    return ANTHROPIC_OVERLOADED if type_ == "overloaded_error" else status
+
+
+def anthropic_error_of(error: BaseException) -> dict[str, Any]:
+    """An error in Anthropic's shape; an unexpected failure by its class name only."""
+    message = internal_error_body(error)["error"]["message"]
+    return anthropic_error(anthropic_status_of(error), message)
+
+
+def anthropic_sse_error(error: BaseException) -> bytes:
+    """An error after an Anthropic stream began: its `error` event."""
+    payload = json.dumps(anthropic_error_of(error), ensure_ascii=False)
+    return b"event: error\ndata: " + payload.encode() + b"\n\n"
+
+
 def error_response(error: LlmflowError, path: str = "") -> JSONResponse:
     """The error's answer in the shape the clients of `path` read: as Databricks' REST APIs
-    answer (`{"error_code", "message"}`) on its serving-endpoint paths, else in OpenAI's shape."""
+    answer (`{"error_code", "message"}`) on its serving-endpoint paths, as Anthropic's API on
+    its paths, else in OpenAI's shape."""
     status, _ = status_of(error)
+    if path in ANTHROPIC_PATHS:
+        status = anthropic_status_of(error)
+        return JSONResponse(anthropic_error_of(error), status_code=status, headers=error_headers(error))
     if path.startswith(SERVING_ENDPOINTS):
         code = _DATABRICKS_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "BAD_REQUEST")
         body: dict[str, Any] = {"error_code": code, "message": str(error)}
@@ -136,7 +183,9 @@ RESPONSES_PATHS = ("/v1/responses", "/responses")
 
 def sse_error_event_for(path: str, error: LlmflowError) -> bytes:
     """An error after the stream of `path` began, as the event its clients read: the Responses
-    API's `error` event on its routes, OpenAI's error object elsewhere."""
+    API's `error` event on its routes, Anthropic's on its own, OpenAI's error object elsewhere."""
+    if path in ANTHROPIC_PATHS:
+        return anthropic_sse_error(error)
     if path not in RESPONSES_PATHS:
         return sse_error_event(error)
     detail = {"code": error.code, "message": str(error), "param": error.param}
@@ -176,6 +225,8 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
         message = str(exc.detail) if exc.detail else phrase
     code = phrase.lower().replace(" ", "_")
     type_ = "not_found_error" if status == 404 else "invalid_request_error"
+    if request.url.path in ANTHROPIC_PATHS:
+        return JSONResponse(anthropic_error(status, message), status_code=status, headers=exc.headers)
     return JSONResponse(error_body(message, type_, code), status_code=status, headers=exc.headers)
 
 
@@ -183,7 +234,8 @@ async def _on_unexpected_error(request: Request, exc: Exception) -> JSONResponse
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
     # The exception goes on to the server, which closes the connection once this answer is out:
     # say so, or a client reusing the connection gets a reset.
-    return JSONResponse(internal_error_body(exc), status_code=500, headers={"Connection": "close"})
+    body = anthropic_error_of(exc) if request.url.path in ANTHROPIC_PATHS else internal_error_body(exc)
+    return JSONResponse(body, status_code=500, headers={"Connection": "close"})
 
 
 EXCEPTION_HANDLERS = {

@@ -41,14 +41,16 @@ async def wait_for_disconnect(receive: Receive) -> None:
 class EventStream(Response):
     """A `text/event-stream` response of `events`; `on_close` is called once, however it ends,
     even when the client left before the first byte (the events iterator then never starts, so
-    its own `finally` would not run). Shutdown is the server's job (`runner.GracefulServer` ends
-    the generations, so streams close with their last events)."""
+    its own `finally` would not run); `ping` is what goes out every `ping_interval_s` while
+    idle (a comment; Anthropic's clients get a `ping` event). Shutdown is the server's job
+    (`runner.GracefulServer` ends the generations, so streams close with their last events)."""
 
     def __init__(
         self,
         events: AsyncGenerator[bytes, None],
         on_close: Callable[[], None],
         ping_interval_s: float | None = PING_INTERVAL_S,
+        ping: bytes = PING,
     ):
         # Response's own __init__ would render a body and set its length: this one streams
         self.status_code = 200
@@ -57,6 +59,7 @@ class EventStream(Response):
         self._events = events
         self._on_close = on_close
         self._ping_interval_s = ping_interval_s
+        self._ping_event = ping
         # the events and the pings share one connection: one body message at a time, and none
         # after the last (a ping that woke while the last event was being sent came after it)
         self._sending = asyncio.Lock()
@@ -100,4 +103,4 @@ class EventStream(Response):
         assert self._ping_interval_s is not None
         while not self._complete:
             await anyio.sleep(self._ping_interval_s)
-            await self._send_body(send, PING, True)
+            await self._send_body(send, self._ping_event, True)

@@ -25,7 +25,8 @@ async def _answer(error: LlmflowError, scope: Scope, receive: Receive, send: Sen
 
 
 class ApiKeyMiddleware:
-    """Every path but the public ones needs `Authorization: Bearer <key>`; compared in constant time."""
+    """Every path but the public ones needs the key, as `Authorization: Bearer <key>` or
+    `x-api-key: <key>`; compared in constant time."""
 
     def __init__(self, app: ASGIApp, api_key: str, public_paths: Callable[[], Collection[str]]):
         self.app = app
@@ -42,10 +43,14 @@ class ApiKeyMiddleware:
         await self.app(scope, receive, send)
 
     def _authorized(self, scope: Scope) -> bool:
+        """`Authorization: Bearer <key>`, or `x-api-key: <key>` (as Anthropic's clients send it)."""
         for name, value in scope["headers"]:
             if name == b"authorization":
                 scheme, _, token = value.partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._key)
+                if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._key):
+                    return True
+            elif name == b"x-api-key" and hmac.compare_digest(value.strip(), self._key):
+                return True
         return False
 
 

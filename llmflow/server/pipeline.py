@@ -82,10 +82,11 @@ def observe(
 
 
 async def stream_events(
-    generation: RunningGeneration[T], fmt: WireFormat[T], first: Any = NOTHING_READ
+    generation: RunningGeneration[T], fmt: WireFormat[T], first: Any = NOTHING_READ, done: bytes = DONE
 ) -> AsyncGenerator[bytes, None]:
-    """The events of `generation` in `fmt`, then [DONE]; `first` is an item read ahead (a model
-    that checks its input at its first item). Ends at the final item."""
+    """The events of `generation` in `fmt`, then `done` ([DONE]; b"" for nothing, as Anthropic's
+    streams end); `first` is an item read ahead (a model that checks its input at its first
+    item). Ends at the final item."""
     observed = generation.observed
     final_of, text_of, item_event = fmt.final_of, fmt.text_of, fmt.item
     try:
@@ -118,7 +119,8 @@ async def stream_events(
         yield fmt.error(exc)
     finally:
         generation.close()
-    yield DONE
+    if done:
+        yield done
 
 
 async def collect(generation: RunningGeneration[Any], receive: Receive, n: int = 1) -> list[Completion]:
@@ -142,6 +144,7 @@ async def collect(generation: RunningGeneration[Any], receive: Receive, n: int =
                     answer.thinking.append(chunk.reasoning)
                 elif chunk.finish_reason is not None:
                     answer.finish, answer.usage = chunk.finish_reason, chunk.usage
+                    answer.stop_sequence = chunk.stop_sequence
                     running -= 1
                     if running == 0:
                         usages = [a.usage for a in answers if a.usage is not None]
@@ -166,9 +169,9 @@ class _Answer:
         self.logprobs: list[TokenLogprob] = []
         self.finish: FinishReason | None = None
         self.usage: Usage | None = None
+        self.stop_sequence: str | None = None
 
     def completion(self, usage: Usage) -> Completion:
         assert self.finish is not None
-        return Completion(
-            "".join(self.parts), self.finish, usage, "".join(self.thinking), tuple(self.logprobs)
-        )
+        thinking, logprobs = "".join(self.thinking), tuple(self.logprobs)
+        return Completion("".join(self.parts), self.finish, usage, thinking, logprobs, self.stop_sequence)

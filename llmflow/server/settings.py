@@ -21,7 +21,9 @@ class ServerSettings(BaseModel):
     host: str = Field(DEFAULT_HOST, description="interface to bind; 127.0.0.1 keeps the server local")
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
     api_key: SecretStr | None = Field(
-        None, description="when set, every route but /health and /ping needs 'Authorization: Bearer <key>'"
+        None,
+        description="when set, every route but /health and /ping needs 'Authorization: Bearer <key>' "
+        "(or 'x-api-key: <key>')",
     )
     max_running: int | None = Field(
         None, ge=1, description="generations at once; default: what the engine supports (1 unless it batches)"
