@@ -138,6 +138,31 @@ def serve(
         int | None,
         typer.Option(min=1, help="CPU threads of each model's engine", show_default=False),
     ] = None,
+    prompt_cache: Annotated[
+        bool | None,
+        typer.Option(
+            "--prompt-cache/--no-prompt-cache",
+            help="keep each conversation's KV state across requests and reuse it to the token "
+            "(llama.cpp engines; default on); off: only whole prompt chunks, the same numbers every time",
+            show_default=False,
+        ),
+    ] = None,
+    prompt_cache_ram: Annotated[
+        str | None,
+        typer.Option(
+            help="host-memory budget for conversations saved beyond the engine's sequences, e.g. 2GiB "
+            "(0 = off; default 1GiB)",
+            show_default=False,
+        ),
+    ] = None,
+    prompt_cache_dir: Annotated[
+        Path | None,
+        typer.Option(help="a directory where saved conversations outlive a restart", show_default=False),
+    ] = None,
+    prompt_cache_disk: Annotated[
+        str | None,
+        typer.Option(help="the disk tier's budget, e.g. 10GiB (default 4GiB)", show_default=False),
+    ] = None,
     tracing: Annotated[
         bool | None,
         typer.Option(
@@ -263,7 +288,10 @@ def serve(
         )
         defaults = {
             "engine": engine,
-            "engine_options": parse_engine_options(engine_option or []),
+            "engine_options": {
+                **prompt_cache_options(prompt_cache, prompt_cache_ram, prompt_cache_dir, prompt_cache_disk),
+                **parse_engine_options(engine_option or []),
+            },
             "parallel": parallel,
             "threads": threads,
         }
@@ -374,6 +402,24 @@ def _scaling(
         )
     except ValidationError as exc:
         raise InvalidParams.single("autoscale", exc.errors()[0]["msg"].lower()) from None
+
+
+def prompt_cache_options(
+    enabled: bool | None, ram: str | None, directory: Path | None, disk: str | None
+) -> dict[str, Any]:
+    """The prompt-cache flags as the llama.cpp engines' options (only those given)."""
+    options: dict[str, Any] = {}
+    if enabled is not None:
+        options["prompt_cache"] = enabled
+    ram_bytes = 0 if ram is not None and ram.strip() == "0" else _size_option("--prompt-cache-ram", ram)
+    if ram_bytes is not None:
+        options["prompt_cache_ram_mib"] = ram_bytes >> 20
+    if directory is not None:
+        options["prompt_cache_dir"] = str(directory)
+    disk_bytes = _size_option("--prompt-cache-disk", disk)
+    if disk_bytes is not None:
+        options["prompt_cache_disk_mib"] = disk_bytes >> 20
+    return options
 
 
 def _size_option(option: str, value: str | None) -> int | None:

@@ -216,4 +216,5 @@ def chunk_from_dict(data: dict[str, Any]) -> Chunk:
     if reason is None:
         return Chunk(data["content"])
     usage = data["usage"]
-    return Chunk("", FinishReason(reason), Usage(usage["prompt_tokens"], usage["completion_tokens"]))
+    cached = usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+    return Chunk("", FinishReason(reason), Usage(usage["prompt_tokens"], usage["completion_tokens"], cached))

@@ -28,6 +28,8 @@ class RequestTimings:
     inter_token: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: of `prompt_tokens`, those reused from a cache
+    cached_tokens: int | None = None
     #: stop, length, cancelled, timeout or error
     outcome: str | None = None
 
@@ -49,6 +51,7 @@ class RequestTimings:
         if usage is not None:
             self.prompt_tokens = usage.prompt_tokens
             self.completion_tokens = usage.completion_tokens
+            self.cached_tokens = usage.cached_tokens
         if self.finished is None:
             self.finished = time.perf_counter()
             self.outcome = self.outcome or outcome

@@ -137,6 +137,7 @@ class RequestTrace:
                 "output_tokens": usage.completion_tokens,
                 "total_tokens": usage.total_tokens,
             }
+            attributes["llmflow.cached_tokens"] = usage.cached_tokens
         return attributes
 
 
@@ -183,4 +184,4 @@ def _end_time_ns(timings: RequestTimings | None) -> int | None:
 def _usage_from(timings: RequestTimings | None) -> Usage | None:
     if timings is None or timings.prompt_tokens is None or timings.completion_tokens is None:
         return None
-    return Usage(timings.prompt_tokens, timings.completion_tokens)
+    return Usage(timings.prompt_tokens, timings.completion_tokens, timings.cached_tokens or 0)

@@ -20,6 +20,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from llmflow.engines.prompt_cache import CacheStats
 from llmflow.observability.timings import RequestTimings
 
 _LATENCY_BUCKETS = (
@@ -59,6 +60,8 @@ class ModelLoad:
     running: int = 0
     waiting: int = 0
     engine_stats: Any = None
+    #: what its engine's prompt cache holds (`Engine.cache_stats()`), when it has one
+    cache_stats: CacheStats | None = None
     #: its estimate (weights and KV cache) while loaded; see `server/memory.py`
     memory_bytes: int = 0
 
@@ -96,6 +99,13 @@ class ServerMetrics:
             _REQUEST_BUCKETS,
         )
         self.prompt_tokens = counter("llmflow_prompt_tokens", "Prompt tokens processed")
+        self.prompt_tokens_cached = counter(
+            "llmflow_prompt_tokens_cached",
+            "Prompt tokens whose KV state was reused (a kept conversation, the prompt cache), not computed",
+        )
+        self.prompt_tokens_computed = counter(
+            "llmflow_prompt_tokens_computed", "Prompt tokens the engine computed (not reused)"
+        )
         self.generation_tokens = counter("llmflow_generation_tokens", "Tokens generated")
         self.requests = counter(
             "llmflow_requests",
@@ -122,7 +132,12 @@ class ServerMetrics:
         """Gauges per model, read at each scrape from `models()`; series at 0 for each name, so
         that a model shows before its first request."""
         for load in models():
-            for counter in (self.prompt_tokens, self.generation_tokens):
+            for counter in (
+                self.prompt_tokens,
+                self.prompt_tokens_cached,
+                self.prompt_tokens_computed,
+                self.generation_tokens,
+            ):
                 counter.labels(load.model)
         self.registry.register(_ModelGauges(models))
 
@@ -143,6 +158,9 @@ class ServerMetrics:
             self.e2e.labels(model).observe(timings.e2e_s)
         if timings.prompt_tokens:
             self.prompt_tokens.labels(model).inc(timings.prompt_tokens)
+            cached = timings.cached_tokens or 0
+            self.prompt_tokens_cached.labels(model).inc(cached)
+            self.prompt_tokens_computed.labels(model).inc(timings.prompt_tokens - cached)
         if timings.completion_tokens:
             self.generation_tokens.labels(model).inc(timings.completion_tokens)
         self.finished.labels(model, timings.outcome or "unknown").inc()
@@ -183,8 +201,16 @@ class _ModelGauges(Collector):
             key: GaugeMetricFamily(name, documentation, labels=[MODEL])
             for key, (name, documentation) in _GAUGES.items()
         }
+        cache_bytes = GaugeMetricFamily(
+            "llmflow_prompt_cache_bytes",
+            "Bytes of saved conversation states, by tier",
+            labels=[MODEL, "tier"],
+        )
         for load in self._models():
             name = [load.model]
+            if load.cache_stats is not None:
+                cache_bytes.add_metric([load.model, "host"], load.cache_stats.host_bytes)
+                cache_bytes.add_metric([load.model, "disk"], load.cache_stats.disk_bytes)
             families["loaded"].add_metric(name, 1.0 if load.loaded else 0.0)
             families["memory"].add_metric(name, load.memory_bytes)
             families["running"].add_metric(name, load.running)
@@ -194,4 +220,5 @@ class _ModelGauges(Collector):
                 families["sequences"].add_metric(name, stats.parallel)
                 families["free"].add_metric(name, stats.free_sequences)
                 families["generated"].add_metric(name, stats.tokens_generated_total)
+        families["cache_bytes"] = cache_bytes
         yield from (family for family in families.values() if family.samples)  # absent, as before, when empty

@@ -82,6 +82,7 @@ class ModelSlot:
             running=len(state.active),
             waiting=state.admission.waiting,
             engine_stats=engine.stats() if engine is not None else None,
+            cache_stats=engine.cache_stats() if engine is not None else None,
             memory_bytes=self.memory_bytes,
         )
 

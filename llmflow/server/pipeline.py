@@ -149,7 +149,8 @@ async def collect(generation: RunningGeneration[Any], receive: Receive, n: int =
                     if running == 0:
                         usages = [a.usage for a in answers if a.usage is not None]
                         prompt = sum(u.prompt_tokens for u in usages)
-                        total = Usage(prompt, sum(u.completion_tokens for u in usages))
+                        completion = sum(u.completion_tokens for u in usages)
+                        total = Usage(prompt, completion, sum(u.cached_tokens for u in usages))
                         observed.final(Chunk("", chunk.finish_reason, total))
                         return [a.completion(a.usage or total) for a in answers]
         raise RuntimeError("the generation ended without a final chunk")
