@@ -121,8 +121,8 @@ class ResponseNotFound(LlmflowError):
         self.response_id = response_id
         self.param = param
         super().__init__(
-            f"no response {response_id!r} is kept here (never stored, deleted, or dropped from the "
-            "server's bounded response store)"
+            f"{param}: no response {response_id!r} is kept here (never stored, deleted, or dropped "
+            "from the server's bounded response store)"
         )
 
 

@@ -25,6 +25,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 from llmflow.errors import InvalidRequest
 from llmflow.params import SamplingParams
 from llmflow.prompts import parse_messages
+from llmflow.server.error_answers import ANTHROPIC_PATHS
 from tests.server.conftest import running
 
 EXAMPLES = int(os.environ.get("LLMFLOW_FUZZ_EXAMPLES", "25"))
@@ -68,6 +69,11 @@ def _assert_openai_error(body: Any) -> None:
     assert isinstance(error["message"], str) and error["message"]
 
 
+def _assert_anthropic_error(body: Any) -> None:
+    assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+
+
 _MLFLOW_SHAPED = ("/invocations", "/serving-endpoints/{name}/invocations")
 
 
@@ -78,7 +84,7 @@ def _operations(api_schema) -> list[Any]:
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
 def test_api_survives_fuzzing(api_schema, fuzz_server, mode):
     """Every route, `EXAMPLES` cases each: no 5xx, documented statuses and bodies, and every 4xx
-    in OpenAI's error shape."""
+    in OpenAI's error shape (Anthropic's on its routes)."""
     checks = [not_a_server_error, status_code_conformance, response_schema_conformance]
     operations = _operations(api_schema)
     assert {op.path for op in operations} >= {"/v1/chat/completions", "/v1/completions", "/invocations"}
@@ -95,6 +101,8 @@ def test_api_survives_fuzzing(api_schema, fuzz_server, mode):
                 # the model's refusal in MLflow's shape, or any error on Databricks' path (documented)
                 if case.path in _MLFLOW_SHAPED and "error_code" in body:
                     assert isinstance(body["message"], str)
+                elif case.path in ANTHROPIC_PATHS:  # Anthropic's clients read Anthropic's shape
+                    _assert_anthropic_error(body)
                 else:
                     _assert_openai_error(body)
 

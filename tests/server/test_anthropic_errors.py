@@ -61,6 +61,11 @@ def _refused(response: httpx.Response, status: int, kind: str, *names: str) -> s
     return error["message"]
 
 
+def _post(http: httpx.Client, path: str, body: dict[str, Any]) -> httpx.Response:
+    """`body` as JSON with non-ASCII escaped (httpx's own encoding refuses a lone surrogate)."""
+    return http.post(path, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+
+
 def _with(**fields: Any) -> dict[str, Any]:
     return {**BASE, **fields}
 
@@ -152,9 +157,7 @@ BAD_BODIES: dict[str, tuple[dict[str, Any], str]] = {
 @pytest.mark.parametrize("stream", [False, True])
 def test_bad_input_is_a_400_naming_the_field(http, name, stream):
     body, field = BAD_BODIES[name]
-    content = json.dumps({**body, "stream": stream}).encode()
-    response = http.post("/v1/messages", content=content, headers={"content-type": "application/json"})
-    _refused(response, 400, "invalid_request_error", field)
+    _refused(_post(http, "/v1/messages", {**body, "stream": stream}), 400, "invalid_request_error", field)
 
 
 @pytest.mark.parametrize(
@@ -168,9 +171,7 @@ def test_bad_input_is_a_400_naming_the_field(http, name, stream):
 def test_count_tokens_refuses_the_same_input(http, name):
     body, field = BAD_BODIES[name]
     body = {key: value for key, value in body.items() if key != "max_tokens"}
-    content = json.dumps(body).encode()
-    response = http.post("/v1/messages/count_tokens", content=content, headers={"content-type": "application/json"})
-    _refused(response, 400, "invalid_request_error", field)
+    _refused(_post(http, "/v1/messages/count_tokens", body), 400, "invalid_request_error", field)
 
 
 @pytest.mark.parametrize(
