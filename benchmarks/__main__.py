@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.render import render_all
-from benchmarks.suite import BY_NAME, RESULTS, SUITE, Benchmark
+from benchmarks.suite import BY_NAME, PEER_MODULES, RESULTS, SUITE, Benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,7 +68,7 @@ def main() -> None:
         return
     failed = []
     for name in args.names or [b.name for b in SUITE if b.default]:
-        extra = peer_arguments(args) if BY_NAME[name].module == "benchmarks.peers.compare_servers" else []
+        extra = peer_arguments(args) if BY_NAME[name].module in PEER_MODULES else []
         if run(BY_NAME[name], args.quick, extra) != 0:
             failed.append(name)
             if not args.keep_going:

@@ -552,6 +552,44 @@ def ray_estimate(relay: dict[str, dict | None]) -> str:
     )
 
 
+def sessions(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    header = ["server", "TTFT turn 1 s", f"TTFT turns 2-{c['turns']} s", "short request TTFT s",
+              f"{c['streams']} streams chunks/s"]  # fmt: skip
+    rows = [
+        [name, med(r["ttft_turn1_s"], 2), med(r["ttft_later_s"], 3), med(r["short_ttft_p50_s"], 3),
+         med(r["streams_chunks_per_s"], 1)]
+        for name, r in s["servers"].items()
+    ]  # fmt: skip
+    ratios = [
+        [f"llmflow / {peer}", med(r["ttft_turn1"], 2), med(r["ttft_later"], 2), med(r["short_ttft"], 2),
+         med(r["streams"], 2)]
+        for peer, r in s["llmflow_over"].items()
+    ]  # fmt: skip
+    intro = (
+        f"{c['model']}, {threads(c['threads'])} and {c['parallel']} sequences for every server, greedy. A "
+        f"session: a system prompt of {c['system_words']} words (about 1.1k tokens), {c['turns']} turns of "
+        f"{c['answer_tokens']}-token answers, each appended to the next request; a short request: a question "
+        f"of its own, alone; {c['streams']} concurrent streams of {c['stream_tokens']} tokens. "
+        f"{plural(c['rounds'], 'round')}, servers alternated, a new system prompt each round; median "
+        "(min-max) over rounds, ratios round by round (TTFT: lower is better for llmflow below 1).\n\n"
+    )
+    rv, rs, gi = s["revisits"], s["restart"], s["greedy_identity"]
+    tiers = (
+        f"\nThe conversation cache's tiers (llmflow): {c['sessions']} sessions on {c['parallel']} sequences, "
+        f"each visited twice round robin with a {c['cache_ram_mib']} MiB host tier: a revisit's TTFT "
+        f"{med(rv['cold_over_revisit'], 1)}x below its cold first turn, at least "
+        f"{num(rv['reused_share_min'] * 100, 0)}% of every revisit's prompt reused (`cached_tokens`); the "
+        f"server's RSS grew by {med(rv['rss_growth_over_budget'], 2)} of the budget (host tier at most "
+        f"{num(rv['host_tier_bytes_max'] / 2**20, 0)} MiB). After a restart on the same "
+        f"`--prompt-cache-dir`, a session's next turn: TTFT {med(rs['cold_over_after_restart'], 1)}x "
+        "below its cold first turn "
+        f"({med(rs['cached_share'], 2)} of its prompt reused). Greedy answers with the cache on and off, "
+        f"the same sessions turn by turn ({gi['weights']}): {gi['identical']} of {gi['answers']} identical.\n"
+    )
+    return intro + table(header, rows + ratios) + tiers
+
+
 RENDERERS: dict[str, Callable[[Result], str]] = {
     "engine": engine, "flash_attn": flash_attn,
     "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "server_cpu": server_cpu,
@@ -560,6 +598,7 @@ RENDERERS: dict[str, Callable[[Result], str]] = {
     "peers_fa": peers, "cpu_steps": cpu_steps, "serving_steps": serving_steps,
     "spark": spark, "surface": surface, "soak": soak, "load": soak,
     "constraint_libraries": constraint_libraries, "constraints": constraints, "ray": ray,
+    "sessions": sessions,
 }  # fmt: skip
 
 

@@ -118,6 +118,14 @@ SUITE: tuple[Benchmark, ...] = (
         "against llama-server, at 1 to 16 streams",
     ),
     Benchmark(
+        "sessions", "benchmarks.bench_sessions",
+        ("--rounds", "3"),
+        ("--rounds", "1", "--turns", "3", "--answer-tokens", "16", "--sessions", "10",
+         "--short-requests", "3", "--stream-tokens", "32", "--identity-sessions", "2"),
+        "multi-turn sessions, a short request alone and 8 streams against llama-server and the example "
+        "server; the conversation cache's host tier (32 sessions on 8 sequences) and disk tier (a restart)",
+    ),
+    Benchmark(
         "cpu_steps", "benchmarks.bench_cpu_steps",
         ("--rounds", "3"), ("--rounds", "1", "--max-tokens", "16", "--quick"),
         "llama-batched-bench against the batching engine's steps at 16 streams, flash attention off and on",
@@ -174,3 +182,5 @@ SUITE: tuple[Benchmark, ...] = (
 )  # fmt: skip
 
 BY_NAME = {b.name: b for b in SUITE}
+#: benchmarks that take the peers' arguments (`--llama-server`, `--sdist`, `--example-server`)
+PEER_MODULES = ("benchmarks.peers.compare_servers", "benchmarks.bench_sessions")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import threading
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -21,8 +21,9 @@ class FinishReason(str, enum.Enum):
 class Usage:
     prompt_tokens: int
     completion_tokens: int
-    #: prompt tokens whose KV state came from a cache instead of being computed (of `prompt_tokens`)
-    cached_tokens: int = 0
+    #: prompt tokens whose KV state came from a cache instead of being computed (of `prompt_tokens`):
+    #: how an answer was computed, not what it is, so two usages compare equal without it
+    cached_tokens: int = field(default=0, compare=False)
 
     @property
     def total_tokens(self) -> int:

@@ -207,12 +207,15 @@ class StepPlan:
     prefill: list[tuple[Request, BatchEntry]]
 
 
-def plan_step(running: Sequence[Request], n_batch: int, chunk: int, *, one_pass: bool = False) -> StepPlan:
-    """Plan the next step. Prompts advance in chunks aligned to multiples of `chunk`, whatever
-    runs beside them, so a request computes exactly the same numbers alone or in a batch. While
-    others decode, a step takes at most `chunk` prompt tokens, so their streams keep flowing;
-    otherwise up to `n_batch`. In `one_pass` the whole step is one forward pass of at most
-    `n_batch` tokens, decoding tokens first.
+def plan_step(
+    running: Sequence[Request], n_batch: int, chunk: int, *, one_pass: bool = False, aligned: bool = True
+) -> StepPlan:
+    """Plan the next step. While others decode, a step takes at most `chunk` prompt tokens, so
+    their streams keep flowing; otherwise up to `n_batch`. `aligned`: prompts advance in chunks
+    aligned to multiples of `chunk`, whatever runs beside them, so a request computes exactly the
+    same numbers alone or in a batch; otherwise a prompt alone goes in passes of up to `n_batch`
+    (fewer, wider passes: a sooner first token). In `one_pass` the whole step is one forward pass
+    of at most `n_batch` tokens, decoding tokens first.
 
     Decode entries are sorted by sequence: llama.cpp puts only consecutive sequence ids into one
     micro-batch."""
@@ -223,8 +226,8 @@ def plan_step(running: Sequence[Request], n_batch: int, chunk: int, *, one_pass:
         if r.fed < r.prompt_len - 1 and _mate_computes_next_chunk(r, running[:i], chunk):
             continue
         start = r.fed
-        while len(r.tokens) - start > 1:
-            end = min((start // chunk + 1) * chunk, len(r.tokens))
+        while len(r.tokens) - start > 1 and budget > 0:
+            end = min((start // chunk + 1) * chunk if aligned else start + budget, len(r.tokens))
             if end - start > budget:
                 break
             prefill.append((r, _entry(r, start, end)))
@@ -421,7 +424,13 @@ class BatchScheduler:
         if not self._running:
             return
         self._share_prefixes()
-        plan = plan_step(self._running, self.n_batch, self.prefill_chunk, one_pass=self.one_pass)
+        plan = plan_step(
+            self._running,
+            self.n_batch,
+            self.prefill_chunk,
+            one_pass=self.one_pass,
+            aligned=not self.reuse_tokens,
+        )
         self._steps += 1
         if self.one_pass:
             self._forward(plan.decode + plan.prefill)

@@ -1,0 +1,436 @@
+"""Multi-turn sessions against the peers, and the conversation cache's tiers (issue: a
+conversation cache across requests).
+
+Four measurements on the same GGUF, threads and sequences, servers alternated within each round:
+- `sessions`: a long system prompt and several turns, each answer appended to the next request
+  (a chat app, an agent): TTFT of turn 1 and the median TTFT of the later turns, every server;
+- `short`: one short request alone (a few dozen prompt tokens, a question of its own each
+  time): TTFT, every server;
+- `streams`: that many concurrent streams: output tokens per second, every server;
+- `revisits` (llmflow): more sessions than sequences, visited round robin with the host tier on:
+  the share of each revisit's prompt reused (`cached_tokens`) and its TTFT against the session's
+  cold first turn; the server's RSS growth against the tier's budget;
+- `restart` (llmflow): a session's first turn, the server restarted on the same
+  `--prompt-cache-dir`, the next turn: its TTFT against the cold first turn.
+
+    python -m benchmarks.bench_sessions --llama-server PATH --example-server PATH/server.py --out F
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.peers.build_llama_server import ensure_llama_server
+from benchmarks.peers.compare_servers import COMMANDS, Setup
+from benchmarks.record import Recording, paired_ratios, spread
+from benchmarks.serve_process import free_port, started
+from llmflow.engines.llama_cpp import usable_cores
+from llmflow.model_files import default_model_path
+
+WORDS = tuple(
+    [
+        "policy",
+        "customer",
+        "order",
+        "refund",
+        "shipping",
+        "invoice",
+        "account",
+        "warranty",
+        "return",
+        "exchange",
+        "store",
+        "product",
+        "delivery",
+        "payment",
+        "support",
+        "ticket",
+        "escalation",
+        "manager",
+        "discount",
+        "coupon",
+        "loyalty",
+    ]
+)
+
+
+def system_prompt(seed: int, words: int) -> str:
+    """A long instruction text of its own for each seed (no server may answer it from an earlier
+    round's cache)."""
+    picked = [WORDS[(seed * 7 + i * 13 + i * i) % len(WORDS)] for i in range(words)]
+    lines = [" ".join(picked[i : i + 12]) + "." for i in range(0, words, 12)]
+    return f"You are support assistant #{seed}. Follow these rules:\n" + "\n".join(lines)
+
+
+def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int) -> dict[str, Any]:
+    """One streamed chat request: TTFT (first content), the answer, chunks and the usage if sent."""
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    start = time.perf_counter()
+    ttft, parts, usage = None, [], None
+    with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=600, trust_env=False) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            usage = event.get("usage") or usage
+            for choice in event.get("choices") or ():
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    ttft = ttft if ttft is not None else time.perf_counter() - start
+                    parts.append(text)
+    return {
+        "ttft_s": ttft,
+        "e2e_s": time.perf_counter() - start,
+        "text": "".join(parts),
+        "chunks": len(parts),
+        "usage": usage,
+    }
+
+
+def model_id(url: str) -> str:
+    return httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
+
+
+def session(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    model = model_id(url)
+    messages = [{"role": "system", "content": system_prompt(seed, args.system_words)}]
+    turns = []
+    for turn in range(args.turns):
+        messages.append(
+            {"role": "user", "content": f"Customer question {turn + 1}: what does rule {turn} mean?"}
+        )
+        answer = stream_chat(url, model, messages, args.answer_tokens)
+        turns.append({k: answer[k] for k in ("ttft_s", "e2e_s", "chunks", "usage")})
+        messages.append({"role": "assistant", "content": answer["text"]})
+    later = [t["ttft_s"] for t in turns[1:] if t["ttft_s"] is not None]
+    return {"turns": turns, "ttft_turn1_s": turns[0]["ttft_s"], "ttft_later_s": statistics.median(later)}
+
+
+def short_requests(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    model = model_id(url)
+    ttfts = []
+    for i in range(args.short_requests):
+        question = (
+            f"Request {seed}-{i}: in one sentence, why do {WORDS[(seed + i) % len(WORDS)]}s matter to a shop?"
+        )
+        ttfts.append(stream_chat(url, model, [{"role": "user", "content": question}], 8)["ttft_s"])
+    return {"ttft_s": ttfts, "ttft_p50_s": statistics.median(t for t in ttfts if t is not None)}
+
+
+def concurrent_streams(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    model = model_id(url)
+    results: list[dict[str, Any]] = [{} for _ in range(args.streams)]
+
+    def run(i: int) -> None:
+        prompt = f"Stream {seed}-{i}. Count from 1 to 300, separated by commas:"
+        results[i] = stream_chat(url, model, [{"role": "user", "content": prompt}], args.stream_tokens)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(args.streams)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    chunks = sum(r["chunks"] for r in results)
+    return {"chunks": chunks, "elapsed_s": elapsed, "chunks_per_s": chunks / elapsed}
+
+
+def rss_bytes(port: int) -> int | None:
+    """The resident memory of the process serving on `port` (found by its command line)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"--port" in command and command[command.index(b"--port") + 1] == str(port).encode():
+                for line in (entry / "status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, IndexError, ValueError):
+            continue
+    return None
+
+
+def revisits(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """`args.sessions` sessions on `setup.parallel` sequences, round robin, with the host tier."""
+    port = free_port()
+    more = {"prompt_cache_ram_mib": args.cache_ram_mib}
+    with started("llmflow-revisits", COMMANDS["llmflow"](setup, port, **more), port, setup.logs) as url:
+        model = model_id(url)
+        conversations = []
+        cold = []
+        rss_start = rss_bytes(port)
+        for s in range(args.sessions):
+            messages = [
+                {"role": "system", "content": system_prompt(seed * 1000 + s, args.revisit_system_words)},
+                {"role": "user", "content": "Hello, which rule comes first?"},
+            ]
+            answer = stream_chat(url, model, messages, 16)
+            cold.append(answer["ttft_s"])
+            conversations.append([*messages, {"role": "assistant", "content": answer["text"]}])
+        warm, reused = [], []
+        for messages in conversations:
+            messages.append({"role": "user", "content": "And the second one?"})
+            answer = stream_chat(url, model, messages, 16)
+            warm.append(answer["ttft_s"])
+            usage = answer["usage"]
+            reused.append(usage["prompt_tokens_details"]["cached_tokens"] / usage["prompt_tokens"])
+        rss_end = rss_bytes(port)
+        metrics = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=30, trust_env=False).text
+    host_bytes = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("llmflow_prompt_cache_bytes{") and 'tier="host"' in line
+    )
+    return {
+        "cold_ttft_s": cold,
+        "revisit_ttft_s": warm,
+        "reused_share": reused,
+        "cold_over_revisit": statistics.median(cold) / statistics.median(warm),
+        "reused_share_min": min(reused),
+        "rss_start": rss_start,
+        "rss_end": rss_end,
+        "host_tier_bytes": host_bytes,
+        "budget_bytes": args.cache_ram_mib << 20,
+    }
+
+
+def restart(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """A session's first turn, a restart on the same cache directory, its second turn."""
+    with tempfile.TemporaryDirectory() as cache_dir:
+        more = {"prompt_cache_dir": cache_dir}
+        messages = [
+            {"role": "system", "content": system_prompt(seed * 7919, args.system_words)},
+            {"role": "user", "content": "Hello, which rule comes first?"},
+        ]
+        port = free_port()
+        with started(
+            "llmflow-before-restart", COMMANDS["llmflow"](setup, port, **more), port, setup.logs
+        ) as url:
+            first = stream_chat(url, model_id(url), messages, 16)
+            # a state reaches the disk when its sequence is reused: another conversation takes it
+            for i in range(setup.parallel):
+                other = [{"role": "user", "content": f"Unrelated request {i}: name a fruit."}]
+                stream_chat(url, model_id(url), other, 4)
+            time.sleep(1.0)  # the writer thread finishes the file
+        messages += [
+            {"role": "assistant", "content": first["text"]},
+            {"role": "user", "content": "And the second?"},
+        ]
+        port = free_port()
+        with started(
+            "llmflow-after-restart", COMMANDS["llmflow"](setup, port, **more), port, setup.logs
+        ) as url:
+            again = stream_chat(url, model_id(url), messages, 16)
+    usage = again["usage"]
+    return {
+        "cold_ttft_s": first["ttft_s"],
+        "after_restart_ttft_s": again["ttft_s"],
+        "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
+        "prompt_tokens": usage["prompt_tokens"],
+    }
+
+
+def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
+    """Does reuse change a greedy answer? The same sessions, turn by turn, on the batching engine
+    with the conversation cache on and off (one model in process at a time)."""
+    from llmflow import LLM
+
+    def answers(prompt_cache: bool) -> list[str]:
+        options = {
+            "n_ctx": args.n_ctx,
+            "parallel": 2,
+            "n_threads": args.threads,
+            "prompt_cache": prompt_cache,
+        }
+        llm = LLM.load(model, engine="llama_cpp_batched", engine_options=options)
+        texts = []
+        try:
+            for s in range(args.identity_sessions):
+                messages = [{"role": "system", "content": system_prompt(5000 + s, 120)}]
+                for turn in range(3):
+                    messages.append({"role": "user", "content": f"Question {turn}: explain rule {turn + s}."})
+                    text = llm.generate(messages, {"temperature": 0.0, "max_tokens": 32}).text
+                    texts.append(text)
+                    messages.append({"role": "assistant", "content": text})
+        finally:
+            llm.close()
+        return texts
+
+    on, off = answers(True), answers(False)
+    same = sum(a == b for a, b in zip(on, off, strict=True))
+    return {"answers": len(on), "identical": same, "weights": model.name}
+
+
+PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict[str, Any]]] = {
+    "sessions": session,
+    "short": short_requests,
+    "streams": concurrent_streams,
+}
+
+
+@contextmanager
+def server(name: str, setup: Setup) -> Iterator[str]:
+    port = free_port()
+    with started(name, COMMANDS[name](setup, port), port, setup.logs) as url:
+        yield url
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=usable_cores())
+    p.add_argument("--parallel", type=int, default=8)
+    p.add_argument("--n-ctx", type=int, default=4096, help="per sequence")
+    p.add_argument("--system-words", type=int, default=900, help="about 1.1k tokens")
+    p.add_argument("--turns", type=int, default=6)
+    p.add_argument("--answer-tokens", type=int, default=48)
+    p.add_argument("--short-requests", type=int, default=8)
+    p.add_argument("--streams", type=int, default=8)
+    p.add_argument("--stream-tokens", type=int, default=96)
+    p.add_argument("--sessions", type=int, default=32)
+    p.add_argument("--revisit-system-words", type=int, default=300)
+    p.add_argument("--cache-ram-mib", type=int, default=512)
+    p.add_argument("--identity-sessions", type=int, default=12)
+    p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
+    p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
+    p.add_argument("--no-llama-server", action="store_true")
+    p.add_argument("--example-server", type=Path, help="examples/server/server.py of llama-cpp-python")
+    p.add_argument("--model", type=Path, default=None)
+    p.add_argument("--out", type=Path, required=True)
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    recording = Recording.begin("sessions")
+    model = args.model or default_model_path()
+    logs = Path(tempfile.mkdtemp(prefix="llmflow-sessions-"))
+    if not args.no_llama_server and args.llama_server is None:
+        args.llama_server = ensure_llama_server(args.sdist)
+    setup = Setup(
+        model, args.threads, args.parallel, args.n_ctx, args.llama_server, args.example_server, logs
+    )
+    servers = ["llmflow"] + [
+        n for n, p in (("llama-server", args.llama_server), ("example-server", args.example_server)) if p
+    ]
+    samples: dict[str, Any] = {kind: {name: [] for name in servers} for kind in PER_SERVER}
+    samples["revisits"], samples["restart"] = [], []
+    for round_ in range(args.rounds):
+        order = servers if round_ % 2 == 0 else servers[::-1]
+        for name in order:
+            with server(name, setup) as url:
+                for kind, measure in PER_SERVER.items():
+                    samples[kind][name].append(measure(url, 100 * round_ + len(name), args))
+                    print(f"round {round_ + 1} {name} {kind} done", flush=True)
+        samples["revisits"].append(revisits(setup, args, round_ + 1))
+        samples["restart"].append(restart(setup, args, round_ + 1))
+        print(f"round {round_ + 1} tiers done", flush=True)
+    samples["greedy_identity"] = greedy_identity(args, model)
+    summary = summarize(samples, servers)
+    summary["greedy_identity"] = samples["greedy_identity"]
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    config["model"] = model.name
+    config["servers"] = servers
+    recording.write(
+        args.out, config=config, samples=compact(samples), summary=summary, hide=[str(model), str(logs)]
+    )
+
+
+def compact(samples: dict[str, Any]) -> dict[str, Any]:
+    """Per-round summaries only (not every request's usage objects)."""
+    out: dict[str, Any] = {}
+    for kind in PER_SERVER:
+        out[kind] = {
+            name: [{k: v for k, v in r.items() if k != "turns"} for r in rounds]
+            for name, rounds in samples[kind].items()
+        }
+    out["sessions_turn_ttft_s"] = {
+        name: [[t["ttft_s"] for t in r["turns"]] for r in rounds]
+        for name, rounds in samples["sessions"].items()
+    }
+    out["revisits"] = [
+        {k: v for k, v in r.items() if k not in ("cold_ttft_s", "revisit_ttft_s", "reused_share")}
+        | {
+            "cold_ttft_p50_s": statistics.median(r["cold_ttft_s"]),
+            "revisit_ttft_p50_s": statistics.median(r["revisit_ttft_s"]),
+        }
+        for r in samples["revisits"]
+    ]
+    out["restart"] = samples["restart"]
+    out["greedy_identity"] = samples["greedy_identity"]
+    return out
+
+
+def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
+    def per_round(kind: str, name: str, key: str) -> list[float]:
+        return [r[key] for r in samples[kind][name]]
+
+    summary: dict[str, Any] = {"servers": {}}
+    for name in servers:
+        summary["servers"][name] = {
+            "ttft_turn1_s": spread(per_round("sessions", name, "ttft_turn1_s")),
+            "ttft_later_s": spread(per_round("sessions", name, "ttft_later_s")),
+            "short_ttft_p50_s": spread(per_round("short", name, "ttft_p50_s")),
+            "streams_chunks_per_s": spread(per_round("streams", name, "chunks_per_s")),
+        }
+    ratios: dict[str, Any] = {}
+    for peer in servers[1:]:
+        ratios[peer] = {
+            "ttft_turn1": paired_ratios(
+                per_round("sessions", "llmflow", "ttft_turn1_s"), per_round("sessions", peer, "ttft_turn1_s")
+            ),
+            "ttft_later": paired_ratios(
+                per_round("sessions", "llmflow", "ttft_later_s"), per_round("sessions", peer, "ttft_later_s")
+            ),
+            "short_ttft": paired_ratios(
+                per_round("short", "llmflow", "ttft_p50_s"), per_round("short", peer, "ttft_p50_s")
+            ),
+            "streams": paired_ratios(
+                per_round("streams", "llmflow", "chunks_per_s"), per_round("streams", peer, "chunks_per_s")
+            ),
+        }
+    summary["llmflow_over"] = ratios
+    revisit = samples["revisits"]
+    summary["revisits"] = {
+        "cold_over_revisit": spread(r["cold_over_revisit"] for r in revisit),
+        "reused_share_min": min(r["reused_share_min"] for r in revisit),
+        "rss_growth_over_budget": spread(
+            (r["rss_end"] - r["rss_start"]) / r["budget_bytes"]
+            for r in revisit
+            if r["rss_end"] and r["rss_start"]
+        ),
+        "host_tier_bytes_max": max(r["host_tier_bytes"] for r in revisit),
+        "budget_bytes": revisit[0]["budget_bytes"],
+    }
+    summary["restart"] = {
+        "cold_over_after_restart": spread(
+            r["cold_ttft_s"] / r["after_restart_ttft_s"] for r in samples["restart"]
+        ),
+        "cached_share": spread(r["cached_tokens"] / r["prompt_tokens"] for r in samples["restart"]),
+    }
+    return summary
+
+
+if __name__ == "__main__":
+    main()
