@@ -152,3 +152,13 @@ def test_kept_objects_are_valid(http, default_served):
         check_item(item)
     types = [item["type"] for item in page["data"]]
     assert types[0] == "message" and types[-1] == "function_call_output" and "function_call" in types
+
+
+def test_the_agent_server_route_answers_valid_objects_too(http):
+    agent = {"input": [{"role": "user", "content": "Hi"}], "custom_inputs": {"max_tokens": 4}}
+    whole = http.post("/responses", json=agent)
+    assert whole.status_code == 200, whole.text
+    assert check_response(whole.json()).store is False  # a ResponsesAgent keeps nothing
+    response = http.post("/responses", json={**agent, "stream": True})
+    events = [json.loads(event) for event in sse_events(response.text)[:-1]]
+    assert [check_event(event) for event in events][-1] in ("response.completed", "response.incomplete")
