@@ -312,6 +312,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--revisit-system-words", type=int, default=300)
     p.add_argument("--cache-ram-mib", type=int, default=512)
     p.add_argument("--identity-sessions", type=int, default=12)
+    p.add_argument(
+        "--peers-only", action="store_true", help="the per-server measurements only (no tiers, no identity)"
+    )
     p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
     p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
     p.add_argument("--no-llama-server", action="store_true")
@@ -343,12 +346,13 @@ def main() -> None:
                 for kind, measure in PER_SERVER.items():
                     samples[kind][name].append(measure(url, 100 * round_ + len(name), args))
                     print(f"round {round_ + 1} {name} {kind} done", flush=True)
-        samples["revisits"].append(revisits(setup, args, round_ + 1))
-        samples["restart"].append(restart(setup, args, round_ + 1))
-        print(f"round {round_ + 1} tiers done", flush=True)
-    samples["greedy_identity"] = greedy_identity(args, model)
+        if not args.peers_only:
+            samples["revisits"].append(revisits(setup, args, round_ + 1))
+            samples["restart"].append(restart(setup, args, round_ + 1))
+            print(f"round {round_ + 1} tiers done", flush=True)
+    if not args.peers_only:
+        samples["greedy_identity"] = greedy_identity(args, model)
     summary = summarize(samples, servers)
-    summary["greedy_identity"] = samples["greedy_identity"]
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     config["model"] = model.name
     config["servers"] = servers
@@ -378,7 +382,7 @@ def compact(samples: dict[str, Any]) -> dict[str, Any]:
         for r in samples["revisits"]
     ]
     out["restart"] = samples["restart"]
-    out["greedy_identity"] = samples["greedy_identity"]
+    out["greedy_identity"] = samples.get("greedy_identity")
     return out
 
 
@@ -412,6 +416,8 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
         }
     summary["llmflow_over"] = ratios
     revisit = samples["revisits"]
+    if not revisit:
+        return summary
     summary["revisits"] = {
         "cold_over_revisit": spread(r["cold_over_revisit"] for r in revisit),
         "reused_share_min": min(r["reused_share_min"] for r in revisit),
@@ -429,6 +435,7 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
         ),
         "cached_share": spread(r["cached_tokens"] / r["prompt_tokens"] for r in samples["restart"]),
     }
+    summary["greedy_identity"] = samples["greedy_identity"]
     return summary
 
 

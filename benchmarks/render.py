@@ -574,6 +574,8 @@ def sessions(d: Result) -> str:
         f"{plural(c['rounds'], 'round')}, servers alternated, a new system prompt each round; median "
         "(min-max) over rounds, ratios round by round (TTFT: lower is better for llmflow below 1).\n\n"
     )
+    if "revisits" not in s:
+        return intro + table(header, rows + ratios)
     rv, rs, gi = s["revisits"], s["restart"], s["greedy_identity"]
     tiers = (
         f"\nThe conversation cache's tiers (llmflow): {c['sessions']} sessions on {c['parallel']} sequences, "

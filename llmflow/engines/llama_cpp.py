@@ -359,6 +359,8 @@ class LlamaCppEngine(VocabMethods, Engine):
 
     def close(self) -> None:
         if self._prompt_cache is not None:
+            if self._prompt_cache.persistent:  # the conversation outlives the process
+                self._spill(self._llama.input_ids[: self._llama.n_tokens].tolist())
             self._prompt_cache.close()
         self._embedder.close()
         self._llama.close()

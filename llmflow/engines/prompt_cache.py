@@ -108,11 +108,19 @@ class PromptCache:
             disk_dir.mkdir(parents=True, exist_ok=True)
             self._index_disk(disk_dir)
             self._writes = queue.SimpleQueue()
-            threading.Thread(target=self._write_loop, name="llmflow-prompt-cache-writer", daemon=True).start()
+            self._writer = threading.Thread(
+                target=self._write_loop, name="llmflow-prompt-cache-writer", daemon=True
+            )
+            self._writer.start()
 
     @property
     def enabled(self) -> bool:
         return self.host_budget > 0 or self.disk_budget > 0
+
+    @property
+    def persistent(self) -> bool:
+        """States outlive the process (a disk tier): worth saving what is kept at shutdown."""
+        return self._writes is not None
 
     def stats(self) -> CacheStats:
         with self._lock:
@@ -188,9 +196,11 @@ class PromptCache:
         elif entry.state is None:  # too big for memory and no disk: nothing kept
             self._forget(entry)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop the disk writer once the writes queued so far are done."""
         if self._writes is not None:
             self._writes.put(None)
+            self._writer.join(timeout)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued disk write is done (tests, shutdown)."""

@@ -397,6 +397,7 @@ class BatchScheduler:
         try:
             while self._wait_for_work():
                 self._step()
+            self._save_kept()
         except BaseException as exc:
             log.exception("the batch scheduler stopped")
             failure = EngineFailed(f"the batch scheduler stopped: {exc!r}")
@@ -614,6 +615,15 @@ class BatchScheduler:
         self._restores += 1
         self._cached[seq] = list(tokens)
         return self._reusable(self._cached[seq], request)
+
+    def _save_kept(self) -> None:
+        """At a clean stop, what the free sequences keep goes to a prompt cache that outlives the
+        process (a disk tier), so that a restarted server finds the conversations."""
+        if self.prompt_cache is None or not self.prompt_cache.persistent:
+            return
+        for seq, holder in enumerate(self._holder):
+            if holder is None and self._cached[seq]:
+                self._spill(seq)
 
     def _spill(self, seq: int) -> None:
         """Save what free sequence `seq` holds to the prompt cache (unless the cache holds it
