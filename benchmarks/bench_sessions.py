@@ -19,6 +19,7 @@ Four measurements on the same GGUF, threads and sequences, servers alternated wi
 from __future__ import annotations
 
 import argparse
+import shlex
 import json
 import statistics
 import tempfile
@@ -318,6 +319,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
     p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
     p.add_argument("--no-llama-server", action="store_true")
+    p.add_argument("--llama-server-args", default="", help="more llama-server options, e.g. '-ngl 999'")
     p.add_argument("--example-server", type=Path, help="examples/server/server.py of llama-cpp-python")
     p.add_argument("--model", type=Path, default=None)
     p.add_argument("--out", type=Path, required=True)
@@ -332,8 +334,9 @@ def main() -> None:
     if not args.no_llama_server and args.llama_server is None:
         args.llama_server = ensure_llama_server(args.sdist)
     setup = Setup(
-        model, args.threads, args.parallel, args.n_ctx, args.llama_server, args.example_server, logs
-    )
+        model, args.threads, args.parallel, args.n_ctx, args.llama_server, args.example_server, logs,
+        tuple(shlex.split(args.llama_server_args)),
+    )  # fmt: skip
     servers = ["llmflow"] + [
         n for n, p in (("llama-server", args.llama_server), ("example-server", args.example_server)) if p
     ]

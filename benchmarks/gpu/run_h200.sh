@@ -9,6 +9,8 @@
 #   run_h200.sh wheels WHEELS WORK       # llmflow serve's own dependencies (server_wheels.sh) into
 #                                        # WORK/site, beside the build
 #   run_h200.sh bench WORK OUT.json [ARGS...]  # benchmarks/gpu/bench_llama_cpp_gpu.py
+#   run_h200.sh sessions WORK OUT.json [ARGS...]  # benchmarks/bench_sessions.py --peers-only on the
+#                                        # 8B shape's Q4_K_M against llama-server
 #   run_h200.sh hf-dir TOKENIZER_DIR WORK # the 8B shape's Hugging Face directory (kept by models) with
 #                                        # a tokenizer's files: --reference-transformers WORK/models/llama3-8b-hf
 #   run_h200.sh engines WHEELS WORK LOGDIR  # the transformers and ExLlamaV2 engines' GPU tests (their
@@ -88,8 +90,16 @@ case $1 in
             --model "Q4_K_M=$work/models/llama3-8b-Q4_K_M.gguf" --model "f16=$work/models/llama3-8b-f16.gguf" \
             --tokenizer "$work/models/smollm2-135m-Q4_1.gguf" --out "$out" "$@"
         ;;
+    sessions)
+        work=$2 out=$3
+        shift 3
+        with_build "$work"
+        cd "$root"
+        python3 -m benchmarks.bench_sessions --peers-only --model "$work/models/llama3-8b-Q4_K_M.gguf" \
+            --llama-server "$work/bin/llama-server" --llama-server-args "-ngl 999" --out "$out" "$@"
+        ;;
     *)
-        sed -n '2,17p' "$0" >&2
+        sed -n '2,19p' "$0" >&2
         exit 2
         ;;
 esac
