@@ -19,8 +19,8 @@ Four measurements on the same GGUF, threads and sequences, servers alternated wi
 from __future__ import annotations
 
 import argparse
-import shlex
 import json
+import shlex
 import statistics
 import tempfile
 import threading
