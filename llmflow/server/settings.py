@@ -75,7 +75,6 @@ class ServerSettings(BaseModel):
     tracing: bool | None = Field(
         None, description="an MLflow trace per generation; None: only when an MLflow experiment is set"
     )
-
     response_store: str | None = Field(
         None,
         description="a sqlite file that keeps /v1/responses' stored responses across restarts; "
