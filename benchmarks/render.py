@@ -572,7 +572,8 @@ def sessions(d: Result) -> str:
         f"{c['answer_tokens']}-token answers, each appended to the next request; a short request: a question "
         f"of its own, alone; {c['streams']} concurrent streams of {c['stream_tokens']} tokens. "
         f"{plural(c['rounds'], 'round')}, servers alternated, a new system prompt each round; median "
-        "(min-max) over rounds, ratios round by round (TTFT: lower is better for llmflow below 1).\n\n"
+        "(min-max) over rounds; llmflow's ratios round by round: below 1 it is faster for a TTFT, "
+        "above 1 for chunks/s (a chunk is about a token).\n\n"
     )
     if "revisits" not in s:
         return intro + table(header, rows + ratios)

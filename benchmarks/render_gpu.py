@@ -447,7 +447,14 @@ def exllamav2_gpu(files: list[Result]) -> str:
 
 # -- the parts of the documents these write -----------------------------------------------------
 #: generated part -> (result files, renderer of their contents)
+def sessions_gpu(files: list[Any]) -> str:
+    from benchmarks.render import sessions  # the CPU table's renderer (render imports this module)
+
+    return sessions(files[0])
+
+
 GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
+    "gpu-sessions": (("sessions_h200.json",), sessions_gpu),
     "gpu-llama-cpp": (
         ("llama_cpp_gpu_h200_run12.json", "llama_cpp_gpu_h200_run2.json", "llama_cpp_gpu_h200_run3.json"),
         llama_cpp_runs,
@@ -485,8 +492,11 @@ GPU_PARTS: dict[str, tuple[tuple[str, ...], Callable[[Any], str]]] = {
 }
 
 
-def _short(commit: str) -> str:
-    """A full SHA as its first 10 digits; anything else (a SHA with a note) as written."""
+def _short(commit: str | dict) -> str:
+    """A full SHA as its first 10 digits; anything else (a SHA with a note) as written. A
+    `Recording`'s commit is a dict with the SHA."""
+    if isinstance(commit, dict):
+        commit = commit["sha"]
     return commit[:10] if len(commit) == 40 and all(c in string.hexdigits for c in commit) else commit
 
 
