@@ -254,7 +254,10 @@ def restart(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any]
 
 def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
     """Does reuse change a greedy answer? The same sessions, turn by turn, on the batching engine
-    with the conversation cache on and off (one model in process at a time)."""
+    with the conversation cache on and off (one model in process at a time). With it on, two
+    sequences for all the sessions: conversations go to the host tier and back, and the scheduler
+    says how long its thread spent saving them (the decode loop waits meanwhile)."""
+    saving: dict[str, Any] = {}
     from llmflow import LLM
 
     def answers(prompt_cache: bool) -> list[str]:
@@ -274,13 +277,21 @@ def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
                     text = llm.generate(messages, {"temperature": 0.0, "max_tokens": 32}).text
                     texts.append(text)
                     messages.append({"role": "assistant", "content": text})
+            stats = llm.engine.stats()
+            if prompt_cache:
+                saving.update(
+                    saves=stats.cache_saves_total,
+                    restores=stats.cache_restores_total,
+                    save_ms_mean=1000 * stats.cache_save_seconds_total / max(1, stats.cache_saves_total),
+                    save_ms_max=1000 * stats.cache_save_seconds_max,
+                )
         finally:
             llm.close()
         return texts
 
     on, off = answers(True), answers(False)
     same = sum(a == b for a, b in zip(on, off, strict=True))
-    return {"answers": len(on), "identical": same, "weights": model.name}
+    return {"answers": len(on), "identical": same, "weights": model.name, "saving": saving}
 
 
 PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict[str, Any]]] = {

@@ -588,7 +588,10 @@ def sessions(d: Result) -> str:
         f"`--prompt-cache-dir`, a session's next turn: TTFT {med(rs['cold_over_after_restart'], 1)}x "
         "below its cold first turn "
         f"({med(rs['cached_share'], 2)} of its prompt reused). Greedy answers with the cache on and off, "
-        f"the same sessions turn by turn ({gi['weights']}): {gi['identical']} of {gi['answers']} identical.\n"
+        f"the same sessions turn by turn ({gi['weights']}): {gi['identical']} of {gi['answers']} identical. "
+        f"Saving a conversation to the host tier held the decode loop "
+        f"{num(gi['saving']['save_ms_mean'], 1)} ms on average, {num(gi['saving']['save_ms_max'], 1)} ms at "
+        f"most ({gi['saving']['saves']} saves).\n"
     )
     return intro + table(header, rows + ratios) + tiers
 

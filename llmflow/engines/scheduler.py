@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -95,6 +96,9 @@ class SchedulerStats:
     #: states saved to / restored from the prompt cache
     cache_saves_total: int = 0
     cache_restores_total: int = 0
+    #: time the scheduler thread spent saving states (the decode loop waits meanwhile): all, longest
+    cache_save_seconds_total: float = 0.0
+    cache_save_seconds_max: float = 0.0
 
 
 class Request:
@@ -328,6 +332,8 @@ class BatchScheduler:
         self._reused = 0
         self._saves = 0
         self._restores = 0
+        self._save_s = 0.0
+        self._save_s_max = 0.0
         self._thread = threading.Thread(target=self._run, name="llmflow-batch-scheduler", daemon=True)
         self._thread.start()
 
@@ -371,6 +377,8 @@ class BatchScheduler:
             prompt_tokens_reused_total=self._reused,
             cache_saves_total=self._saves,
             cache_restores_total=self._restores,
+            cache_save_seconds_total=self._save_s,
+            cache_save_seconds_max=self._save_s_max,
         )
 
     def close(self) -> None:
@@ -632,10 +640,14 @@ class BatchScheduler:
         cache = self.prompt_cache
         if cache is None or cache.covers(cached):
             return
+        started = time.perf_counter()
         state = self.backend.save(seq)
         if state is not None:
             self._saves += 1
-            self.prompt_cache.put(cached, state)
+            cache.put(cached, state)
+        took = time.perf_counter() - started
+        self._save_s += took
+        self._save_s_max = max(self._save_s_max, took)
 
     def _reusable(self, cached: Sequence[int], request: Request) -> int:
         return self._usable(common_prefix(cached, request.tokens), request)
