@@ -22,7 +22,7 @@ from typing import Any
 
 from llmflow.observability import RequestTimings
 from llmflow.server.error_answers import anthropic_sse_error
-from llmflow.server.pipeline import ChunkFormat
+from llmflow.server.pipeline import ChunkFormat, ToolItems
 from llmflow.tools import ToolCallChunk
 from llmflow.types import Chunk, Completion, FinishReason, ToolCall, Usage
 
@@ -76,7 +76,7 @@ def usage_of(usage: Usage) -> dict[str, int]:
     }
 
 
-class MessagesFormat(ChunkFormat):
+class MessagesFormat(ToolItems, ChunkFormat):
     """One answer's events, streamed, or its Message object, whole. `stop_sequences`: the
     request's own (a stop string of the model's defaults ends the turn as `end_turn`)."""
 
@@ -101,14 +101,6 @@ class MessagesFormat(ChunkFormat):
         }
         message = self._message([], None, None, usage)
         return event("message_start", {"type": "message_start", "message": message}) + PING_EVENT
-
-    @staticmethod
-    def text_of(item: Chunk | ToolCallChunk) -> str:  # type: ignore[override]
-        return item.text if isinstance(item, Chunk) else item.arguments
-
-    @staticmethod
-    def final_of(item: Chunk | ToolCallChunk) -> Chunk | None:  # type: ignore[override]
-        return item if isinstance(item, Chunk) and item.finish_reason is not None else None
 
     def item(self, item: Chunk | ToolCallChunk) -> bytes:  # type: ignore[override]
         """The per-token path: a delta of the open block (a block opened first when the piece

@@ -14,7 +14,7 @@ from llmflow.choices import ChoiceChunk
 from llmflow.observability import RequestTimings
 from llmflow.server.error_answers import sse_error_event
 from llmflow.server.openai_logprobs import TextLogprobs, chat_logprobs
-from llmflow.server.pipeline import ChunkFormat
+from llmflow.server.pipeline import ChunkFormat, ToolItems
 from llmflow.tools import ToolCallChunk
 from llmflow.types import Chunk, Completion, FinishReason, ToolCall, Usage
 
@@ -250,19 +250,11 @@ class ChoicesFormat(StreamFormat):
         return item.index
 
 
-class ToolStreamFormat(StreamFormat):
+class ToolStreamFormat(ToolItems, StreamFormat):
     """A chat stream whose items are text chunks and function call pieces (`ToolCallChunk`):
     calls go out as OpenAI streams them, `delta.tool_calls[i]` with `id`, `type` and
     `function.name` first, then `function.arguments` in pieces; the finish reason is
     `tool_calls` when the answer called functions."""
-
-    @staticmethod
-    def final_of(item: Chunk | ToolCallChunk) -> Chunk | None:  # type: ignore[override]
-        return item if isinstance(item, Chunk) and item.finish_reason is not None else None
-
-    @staticmethod
-    def text_of(item: Chunk | ToolCallChunk) -> str:  # type: ignore[override]
-        return item.text if isinstance(item, Chunk) else item.arguments
 
     def item(self, item: Chunk | ToolCallChunk) -> bytes:  # type: ignore[override]
         if isinstance(item, Chunk):

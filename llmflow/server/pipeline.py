@@ -21,6 +21,7 @@ from llmflow.observability.trace import SPAN_TYPE_LLM
 from llmflow.server.event_stream import DONE
 from llmflow.server.running import RunningGeneration, stop_on_disconnect
 from llmflow.server.state import ModelState
+from llmflow.tools import ToolCallChunk
 from llmflow.types import Chunk, Completion, FinishReason, TokenLogprob, Usage
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,19 @@ class ChunkFormat:
     @staticmethod
     def text_of(chunk: Chunk) -> str:
         return chunk.text
+
+
+class ToolItems:
+    """How a format reads the items of a tool stream (`tools.tool_stream`): text chunks and
+    function call pieces (`ToolCallChunk`); the final chunk has the finish reason."""
+
+    @staticmethod
+    def final_of(item: Chunk | ToolCallChunk) -> Chunk | None:
+        return item if isinstance(item, Chunk) and item.finish_reason is not None else None
+
+    @staticmethod
+    def text_of(item: Chunk | ToolCallChunk) -> str:
+        return item.text if isinstance(item, Chunk) else item.arguments
 
 
 def observe(

@@ -15,7 +15,7 @@ from llmflow.observability import RequestTimings
 from llmflow.responses.events import ResponseEvents
 from llmflow.server.error_answers import internal_error_body
 from llmflow.server.event_stream import event
-from llmflow.server.pipeline import ChunkFormat
+from llmflow.server.pipeline import ChunkFormat, ToolItems
 from llmflow.tools import ToolCallChunk
 from llmflow.types import Chunk
 
@@ -24,7 +24,7 @@ def _events(items: list[dict]) -> bytes:
     return b"".join(event(json.dumps(item, ensure_ascii=False)) for item in items)
 
 
-class ResponsesFormat(ChunkFormat):
+class ResponsesFormat(ToolItems, ChunkFormat):
     """Opening events, a text delta per chunk (or a call's events per call piece), the closing
     events with usage; `on_end` is handed the final response object (to store it)."""
 
@@ -34,14 +34,6 @@ class ResponsesFormat(ChunkFormat):
 
     def opening(self) -> bytes:
         return _events(self.events.opening())
-
-    @staticmethod
-    def text_of(item: Chunk | ToolCallChunk) -> str:  # type: ignore[override]
-        return item.text if isinstance(item, Chunk) else item.arguments
-
-    @staticmethod
-    def final_of(item: Chunk | ToolCallChunk) -> Chunk | None:  # type: ignore[override]
-        return item if isinstance(item, Chunk) and item.finish_reason is not None else None
 
     def item(self, item: Chunk | ToolCallChunk) -> bytes:  # type: ignore[override]
         """The per-token path: a text delta straight to JSON while the message item is open."""
