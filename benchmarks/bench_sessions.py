@@ -371,7 +371,7 @@ def main() -> None:
     config["model"] = model.name
     config["servers"] = servers
     recording.write(
-        args.out, config=config, samples=compact(samples), summary=summary, hide=[str(model), str(logs)]
+        args.out, config=config, samples=compact(samples), summary=summary, hide=[str(p) for p in (model, logs, args.llama_server, args.example_server) if p]
     )
 
 

@@ -228,6 +228,11 @@ class Engine(ABC):
         """What the prompt cache's tiers hold (bytes, entries); None: the engine has none."""
         return None
 
+    def persist(self) -> None:
+        """Save what the engine keeps of its conversations to a prompt cache that outlives the
+        process, and wait until it is written (a server's shutdown); nothing by default."""
+        return None
+
     @property
     def steps_on_gpu(self) -> bool:
         """True when a batching engine's decode thread waits on a GPU at every step: a server then

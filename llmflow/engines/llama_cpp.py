@@ -344,6 +344,13 @@ class LlamaCppEngine(VocabMethods, Engine):
     def cache_stats(self) -> CacheStats | None:
         return self._prompt_cache.stats() if self._prompt_cache is not None else None
 
+    def persist(self) -> None:
+        """Called with no generation running (callers serialise generations)."""
+        cache = self._prompt_cache
+        if cache is not None and cache.persistent:
+            self._spill(self._llama.input_ids[: self._llama.n_tokens].tolist())
+            cache.flush()
+
     def _last_logits(self) -> Any:
         import llama_cpp
         import numpy as np
@@ -359,8 +366,7 @@ class LlamaCppEngine(VocabMethods, Engine):
 
     def close(self) -> None:
         if self._prompt_cache is not None:
-            if self._prompt_cache.persistent:  # the conversation outlives the process
-                self._spill(self._llama.input_ids[: self._llama.n_tokens].tolist())
+            self.persist()  # with a disk tier, the conversation outlives the process
             self._prompt_cache.close()
         self._embedder.close()
         self._llama.close()

@@ -227,6 +227,9 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
     def cache_stats(self) -> CacheStats | None:
         return self._prompt_cache.stats() if self._prompt_cache is not None else None
 
+    def persist(self) -> None:
+        self._scheduler.persist()
+
     @property
     def steps_on_gpu(self) -> bool:
         return self._backend.shape.on_gpu

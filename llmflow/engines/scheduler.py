@@ -321,6 +321,8 @@ class BatchScheduler:
         self._cond = threading.Condition()
         self._waiting: deque[Request] = deque()
         self._stopping = False
+        #: `persist` calls waiting for the scheduler thread to save what the sequences keep
+        self._persists: list[threading.Event] = []
         self._failure: EngineFailed | None = None
         # owned by the scheduler thread
         self._running: list[Request] = []  # in admission order
@@ -381,6 +383,22 @@ class BatchScheduler:
             cache_save_seconds_max=self._save_s_max,
         )
 
+    def persist(self, timeout: float = 60.0) -> None:
+        """Save what the free sequences keep to a prompt cache that outlives the process (a disk
+        tier), done by the scheduler thread between two steps, and wait until it is on disk: what
+        a server does at shutdown, so that a restarted one finds the conversations."""
+        cache = self.prompt_cache
+        if cache is None or not cache.persistent:
+            return
+        done = threading.Event()
+        with self._cond:
+            if self._stopping:
+                return
+            self._persists.append(done)
+            self._cond.notify()
+        done.wait(timeout)
+        cache.flush(timeout)
+
     def close(self) -> None:
         """Stop the scheduler thread; requests still running end with `EngineFailed`."""
         with self._cond:
@@ -404,6 +422,7 @@ class BatchScheduler:
         failure = EngineFailed("the engine was closed while generating")
         try:
             while self._wait_for_work():
+                self._answer_persists()
                 self._step()
             self._save_kept()
         except BaseException as exc:
@@ -424,7 +443,7 @@ class BatchScheduler:
     @property
     def _idle(self) -> bool:
         """Nothing to run and no reason to stop (read under `_cond`)."""
-        return not self._stopping and not self._waiting and not self._running
+        return not self._stopping and not self._waiting and not self._running and not self._persists
 
     def _step(self) -> None:
         self._retire_ended()
@@ -623,6 +642,14 @@ class BatchScheduler:
         self._restores += 1
         self._cached[seq] = list(tokens)
         return self._reusable(self._cached[seq], request)
+
+    def _answer_persists(self) -> None:
+        with self._cond:
+            asked, self._persists = self._persists, []
+        if asked:
+            self._save_kept()
+            for done in asked:
+                done.set()
 
     def _save_kept(self) -> None:
         """At a clean stop, what the free sequences keep goes to a prompt cache that outlives the

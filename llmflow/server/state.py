@@ -103,6 +103,9 @@ class ModelState:
         done, _ = await asyncio.wait({waiting}, timeout=grace_s)
         if not done:
             logger.warning("a generation of %r did not stop within %s s of shutdown", self.name, grace_s)
+            return
+        if self.served.llm is not None:  # with a disk tier, the kept conversations outlive the server
+            await asyncio.to_thread(self.served.llm.engine.persist)
 
 
 @dataclass

@@ -8,8 +8,11 @@ import itertools
 import json
 
 import httpx
+from openai import OpenAI
 
-from tests.server.conftest import TIMEOUT_S
+from llmflow import LLM
+from llmflow.server import ServedModel
+from tests.server.conftest import TIMEOUT_S, running
 
 SYSTEM = "You are a terse assistant for a shop that sells paint. " * 12
 
@@ -91,3 +94,32 @@ def test_metrics_count_reused_and_computed_prompt_tokens(client, model_name, ser
     assert reused == sum(u.prompt_tokens_details.cached_tokens for u in usages)
     assert reused + computed == sum(u.prompt_tokens for u in usages)
     assert "llmflow_prompt_cache_bytes{" in after
+
+
+def test_a_restarted_server_finds_the_conversation_in_its_cache_directory(tmp_path):
+    """At shutdown the server saves what its engine keeps to the disk tier; a new server on the
+    same directory answers the conversation's next turn from it."""
+    options = {"n_ctx": 1024, "parallel": 2, "prompt_cache_dir": str(tmp_path)}
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi"}]
+
+    def one_turn():
+        llm = LLM.load(engine="llama_cpp_batched", engine_options=options)
+        try:
+            served = ServedModel.from_llm(llm)
+            with running(served) as server:
+                client = OpenAI(
+                    base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT_S
+                )
+                answer = client.chat.completions.create(model=served.name, messages=messages, max_tokens=4)
+            return answer
+        finally:
+            llm.close()
+
+    first = one_turn()
+    assert list(tmp_path.glob("*.kv"))
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "Bye"},
+    ]
+    again = one_turn()
+    assert again.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
