@@ -370,9 +370,8 @@ def main() -> None:
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     config["model"] = model.name
     config["servers"] = servers
-    recording.write(
-        args.out, config=config, samples=compact(samples), summary=summary, hide=[str(p) for p in (model, logs, args.llama_server, args.example_server) if p]
-    )
+    hidden = [str(p) for p in (model, logs, args.llama_server, args.example_server) if p]
+    recording.write(args.out, config=config, samples=compact(samples), summary=summary, hide=hidden)
 
 
 def compact(samples: dict[str, Any]) -> dict[str, Any]:
