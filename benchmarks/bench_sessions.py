@@ -367,7 +367,7 @@ def main() -> None:
     if not args.peers_only:
         samples["greedy_identity"] = greedy_identity(args, model)
     summary = summarize(samples, servers)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    config = {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()}  # no local paths
     config["model"] = model.name
     config["servers"] = servers
     hidden = [str(p) for p in (model, logs, args.llama_server, args.example_server) if p]
