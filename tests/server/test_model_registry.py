@@ -125,7 +125,13 @@ def sized(monkeypatch) -> tuple[dict[str, int], dict[str, int], list[str]]:
     def load(self: ModelConfig) -> ServedModel:
         name = self.name or ""
         done.append(name)
-        engine = SimpleNamespace(max_concurrency=1, memory_bytes=lambda: after[name], stats=lambda: None)
+        engine = SimpleNamespace(
+            max_concurrency=1,
+            memory_bytes=lambda: after[name],
+            stats=lambda: None,
+            cache_stats=lambda: None,
+            persist=lambda: None,
+        )
         return ServedModel(name, llm=SimpleNamespace(engine=engine, close=lambda: None))  # type: ignore[arg-type]
 
     monkeypatch.setattr(ModelConfig, "load", load)
