@@ -7,14 +7,20 @@ Responses types)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import pydantic
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseItem, ResponseStreamEvent
 
 from tests.extras import need
+from tests.fakes.scripted_engine import ScriptedEngine
+from tests.observability.engines import FailingEngine
+from tests.server.conftest import TIMEOUT_S, running
 
 # -- OpenAI's OpenAPI document: required fields (its `required` lists) and finish reasons ----------------
 CHAT_COMPLETION = ("id", "object", "created", "model", "choices")
@@ -158,3 +164,19 @@ def check_item(item: dict[str, Any]) -> None:
     }[item["type"]]
     _strict(model, item)
     _strict(_ITEMS, item)
+
+
+@contextmanager
+def beside_scripted_and_failing(served: Any) -> Iterator[httpx.Client]:
+    """A client of one server with `served` (the default model), a scripted model and a model whose
+    engine fails: the objects of every kind of answer, and of errors, come from one server."""
+    from llmflow import LLM
+    from llmflow.server import ServedModel
+
+    models = [
+        served,
+        ServedModel.from_llm(LLM(ScriptedEngine()), "scripted"),
+        ServedModel.from_llm(LLM(FailingEngine()), "failing"),
+    ]
+    with running(models) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
+        yield client

@@ -15,12 +15,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from llmflow import LLM
-from llmflow.server import ServedModel
-from tests.fakes.scripted_engine import ScriptedEngine
-from tests.observability.engines import FailingEngine
-from tests.server.conftest import TIMEOUT_S, running, sse_events
+from tests.server.conftest import sse_events
 from tests.server.schema_checks import (
+    beside_scripted_and_failing,
     check_chat_chunk,
     check_chat_completion,
     check_error_body,
@@ -68,12 +65,7 @@ TEXT = {
 
 @pytest.fixture(scope="module")
 def http(default_served) -> Iterator[httpx.Client]:
-    models = [
-        default_served,
-        ServedModel.from_llm(LLM(ScriptedEngine()), "scripted"),
-        ServedModel.from_llm(LLM(FailingEngine()), "failing"),
-    ]
-    with running(models) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
+    with beside_scripted_and_failing(default_served) as client:
         yield client
 
 

@@ -15,12 +15,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from llmflow import LLM
-from llmflow.server import ServedModel
-from tests.fakes.scripted_engine import ScriptedEngine
-from tests.observability.engines import FailingEngine
-from tests.server.conftest import TIMEOUT_S, running, sse_events
-from tests.server.schema_checks import check_error_body, check_event, check_item, check_response
+from tests.server.conftest import sse_events
+from tests.server.schema_checks import (
+    beside_scripted_and_failing,
+    check_error_body,
+    check_event,
+    check_item,
+    check_response,
+)
 from tests.server.tool_schemas import TIME, WEATHER
 
 TOOLS = [
@@ -59,12 +61,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def http(default_served) -> Iterator[httpx.Client]:
-    models = [
-        default_served,
-        ServedModel.from_llm(LLM(ScriptedEngine()), "scripted"),
-        ServedModel.from_llm(LLM(FailingEngine()), "failing"),
-    ]
-    with running(models) as server, httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
+    with beside_scripted_and_failing(default_served) as client:
         yield client
 
 
