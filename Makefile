@@ -18,7 +18,7 @@ TEST_EXTRAS := test,bench,compare,transformers,spark,gateway,ray
 # prints a line whenever a step has been quiet for a few seconds (pip is, while it installs torch)
 HEARTBEAT := $(PYTHON) scripts/heartbeat.py
 
-.PHONY: demo test lint bench install install-test system-packages clean
+.PHONY: demo test lint docs bench install install-test system-packages clean
 
 $(VENV)/.core: pyproject.toml scripts/build_llama_cpp.py
 	@echo "==> Creating $(VENV) with the core of llmflow (about 2 minutes, plus the llama.cpp build)"
@@ -44,18 +44,24 @@ system-packages:
 demo: install
 	$(PY) -m llmflow.demo
 
+# ruff, then the documentation: every link between the pages of docs/ must resolve (site/ is ignored)
 lint: install-test
 	$(PY) -m ruff check llmflow tests benchmarks scripts
 	$(PY) -m ruff format --check llmflow tests benchmarks scripts
+	$(PY) -m mkdocs build --strict --quiet --site-dir site
 
 # -rs: every skipped test says why
 test: install-test system-packages lint
 	@echo "==> Running the tests (about 10 minutes on 2 cores)"
 	$(PY) -m pytest -q -rs
 
-# every CPU benchmark (BENCH_ARGS: names, --quick, --example-server PATH), then BENCHMARKS.md's tables
+# every CPU benchmark (BENCH_ARGS: names, --quick, --example-server PATH), then the documents' numbers
 bench: install-test
 	$(PY) -m benchmarks run $(BENCH_ARGS)
 
+# the documentation as a local site, rebuilt as docs/ changes
+docs: install-test
+	$(PY) -m mkdocs serve
+
 clean:
-	rm -rf $(VENV) .demo
+	rm -rf $(VENV) .demo site

@@ -1,15 +1,18 @@
 """`python -m benchmarks run [NAME...] [--quick]` runs benchmarks (all CPU ones by default), each
-writing its result file; `python -m benchmarks render` writes BENCHMARKS.md's tables and the
-README's numbers from the stored result files; `python -m benchmarks list` names them."""
+writing its result file; `python -m benchmarks render` writes the numbers of BENCHMARKS.md, the
+README and docs/ from the stored result files; `python -m benchmarks list` names them;
+`python -m benchmarks strip FILE...` moves a result file's raw samples to the git-ignored `raw/`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.record import write_split
 from benchmarks.render import render_all
 from benchmarks.suite import BY_NAME, PEER_MODULES, RESULTS, SUITE, Benchmark
 
@@ -51,12 +54,18 @@ def main() -> None:
     runner.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
     runner.add_argument("--llama-server", type=Path, help="an already built llama-server")
     runner.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
-    renderer = commands.add_parser("render", help="write BENCHMARKS.md's tables and README's numbers")
+    renderer = commands.add_parser("render", help="write the documents' numbers from the results")
     renderer.add_argument("--results", type=Path, default=RESULTS)
     renderer.add_argument("--check", action="store_true", help="fail if the documents are not up to date")
     commands.add_parser("list", help="name every benchmark")
+    stripper = commands.add_parser("strip", help="move result files' raw samples to raw/ beside them")
+    stripper.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args()
 
+    if args.command == "strip":
+        for path in args.files:
+            write_split(path, json.loads(path.read_text(encoding="utf-8")))
+        return
     if args.command == "list":
         for benchmark in SUITE:
             print(f"{benchmark.name:12} {benchmark.about}")

@@ -1,19 +1,12 @@
-"""Continuous batching on llama.cpp, per weight type: 8 streams against 1 on the batching engine,
-beside what llama.cpp itself gives for a batch of that width.
+"""Continuous batching on llama.cpp, per weight type: 8 streams against 1 on the batching engine.
 
 For the embedded model (SmolLM2-135M Q4_1) and its Q4_0 and Q8_0 requantizations (made once with
 llama.cpp's `llama_model_quantize` into a cache directory; requantized from Q4_1, so they keep its
 precision, but they run llama.cpp's Q4_0 / Q8_0 kernels, which llama.cpp repacks for AVX2/AVX512),
-each round measures, for every weight type in an order that rotates from round to round:
-
-- the raw `llama_decode` ceiling: tokens/s of one `llama_decode` of one token for each of w
-  sequences (no scheduling, sampling or streaming), for every w in `--widths`;
-- prompt processing of `--ceiling-tokens` tokens in one pass (the batched-compute ceiling);
-- the batching engine in process (`LLM.stream`, `llmflow bench`'s closed loop) at each level of
-  `--concurrency` (the order of the levels alternates too): aggregate output tokens/s, TTFT, ITL.
-
-Every round's figures are kept; the summary gives medians with min-max, and the ratios (engine at 8
-streams over 1, raw decode of 8 over 1) round by round.
+each round measures, for every weight type in an order that rotates from round to round, the
+batching engine in process (`LLM.stream`, `llmflow bench`'s closed loop) at each level of
+`--concurrency` (the order of the levels alternates too): aggregate output tokens/s, TTFT, ITL.
+The summary gives medians with min-max, and the ratio of 8 streams over 1 round by round.
 
     python -m benchmarks.bench_batching --threads 2 --rounds 5
 """
@@ -23,9 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -56,18 +47,13 @@ def main() -> None:
         q: requantized(source, q, args.cache_dir) for q in args.quants if q in FTYPES
     }
     levels = parse_list(args.concurrency, int, "concurrency")
-    widths = sorted(set(parse_list(args.widths, int, "widths")))
-    parallel = max(max(levels), max(widths))
-    samples: dict[str, dict[str, list[Any]]] = {
-        q: {"raw_decode_tok_s": [], "prompt_tok_s": [], "engine": []} for q in models
-    }
+    parallel = max(levels)
+    samples: dict[str, dict[str, list[Any]]] = {q: {"engine": []} for q in models}
     names = list(models)
     for r in range(args.rounds):
         for quant in names[r % len(names) :] + names[: r % len(names)]:
             model = models[quant]
             print(f"round {r + 1}/{args.rounds} · {quant}", file=sys.stderr)
-            samples[quant]["raw_decode_tok_s"].append(in_own_thread(decode_rates, model, args, widths))
-            samples[quant]["prompt_tok_s"].append(in_own_thread(prompt_processing_rate, model, args))
             order = levels if r % 2 == 0 else levels[::-1]
             samples[quant]["engine"].append(in_process("batched", model, order, parallel, args))
     config = {
@@ -76,19 +62,17 @@ def main() -> None:
         "requantized_from": source.name,
         "threads": args.threads,
         "concurrency": list(levels),
-        "widths": widths,
         "parallel": parallel,
         "prompt_tokens": args.prompt_tokens,
         "max_tokens": args.max_tokens,
         "n_ctx": args.n_ctx,
-        "ceiling_tokens": args.ceiling_tokens,
         "rounds": args.rounds,
     }
-    summary = {quant: summarize(by_quant, levels, widths) for quant, by_quant in samples.items()}
+    summary = {quant: summarize(by_quant, levels) for quant, by_quant in samples.items()}
     hide = [str(m) for m in models.values()] + [str(args.cache_dir)]
     recording.write(args.out, config=config, samples=samples, summary=summary, hide=hide)
     for quant, row in summary.items():
-        print(f"{quant}: engine 8/1 {row.get('engine_8_over_1')}, raw decode 8/1 {row.get('raw_8_over_1')}")
+        print(f"{quant}: engine 8/1 {row.get('engine_8_over_1')}")
 
 
 def parse_args() -> argparse.Namespace:
@@ -100,13 +84,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE / "models")
     parser.add_argument("--threads", type=int, default=usable_cores())
     parser.add_argument("--concurrency", default="1,8", help="streams on the batching engine")
-    parser.add_argument("--widths", default="1,2,4,8,16", help="batch widths of the raw llama_decode ceiling")
     parser.add_argument("--requests", type=int, default=None, help="per level; default: 4 per stream, >= 8")
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--n-ctx", type=int, default=1024, help="each stream's context window")
     parser.add_argument("--prefill-chunk", type=int, default=None, help="batched engine option")
-    parser.add_argument("--ceiling-tokens", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/batching.json"))
@@ -144,87 +126,6 @@ def engine_options(name: str, parallel: int, args: argparse.Namespace) -> dict[s
     if args.prefill_chunk:
         options["prefill_chunk"] = args.prefill_chunk
     return options
-
-
-def in_own_thread(function, *args):
-    """`function(*args)` in a thread that then ends. llama.cpp built with OpenMP keeps a team of
-    threads for every thread that ever computed, until that thread ends; with more of them than
-    cores, libgomp stops spinning and every later step of every engine pays thread wake-ups."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1) as executor:
-        return executor.submit(function, *args).result()
-
-
-def prompt_processing_rate(model: Path, args: argparse.Namespace, runs: int = 3) -> float:
-    """llama.cpp's prompt-processing tokens/s: one `llama_decode` over a long prompt (a fresh
-    one each run, after a warm-up), median of `runs`."""
-    from llama_cpp import Llama
-
-    n = args.ceiling_tokens
-    llama = Llama(
-        model_path=str(model),
-        n_ctx=n + 16,
-        n_batch=n,
-        n_ubatch=n,
-        n_threads=args.threads,
-        n_threads_batch=args.threads,
-        verbose=False,
-    )
-    try:
-        rates = []
-        for run in range(runs + 1):
-            specs = synthetic_requests(
-                1, prompt_tokens=4 * n, max_tokens=1, seed=args.seed, key=f"pp{run}", counter=None
-            )
-            ids = llama.tokenize(specs[0].as_prompt().encode())[:n]
-            llama.reset()
-            start = time.perf_counter()
-            llama.eval(ids)
-            if run:  # the first one warms up
-                rates.append(len(ids) / (time.perf_counter() - start))
-        return statistics.median(rates)
-    finally:
-        llama.close()
-
-
-def decode_rates(
-    model: Path, args: argparse.Namespace, widths: list[int], steps: int = 48
-) -> dict[int, float]:
-    """What llama.cpp itself gives for `w` streams: tokens/s of one `llama_decode` of one token
-    for each of `w` sequences (each `--prompt-tokens` deep), without any scheduling, sampling
-    or streaming around it. The batched engine at `w` streams can at best match it."""
-    from llmflow.engines.llama_cpp import start_load
-    from llmflow.engines.llama_cpp_batched import LlamaCppBatchedOptions, LlamaStepBackend, _load_model
-    from llmflow.engines.scheduler import BatchEntry
-    from llmflow.params import SamplingParams
-
-    width = max(widths)
-    options, path, llama_cpp, where = start_load(
-        "llama_cpp_batched",
-        LlamaCppBatchedOptions,
-        model,
-        {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": width, "n_batch": max(512, width)},
-    )
-    backend = LlamaStepBackend.create(llama_cpp, _load_model(llama_cpp, path, options, where), options, where)
-    greedy = backend.new_sampler(SamplingParams.parse({"temperature": 0.0}))
-    try:
-        depth = args.prompt_tokens
-        prompt = [(100 + i * 37) % 40000 + 100 for i in range(depth)]
-        for seq in range(width):
-            backend.decode([BatchEntry(seq, prompt, 0, True, greedy)])
-        rates = {}
-        for w in [1, *widths]:  # the first round warms up
-            start = time.perf_counter()
-            for step in range(steps):
-                backend.decode([BatchEntry(q, [200 + step], depth + step, True, greedy) for q in range(w)])
-            rates[w] = w * steps / (time.perf_counter() - start)
-            for q in range(w):
-                backend.truncate(q, depth)
-        return rates
-    finally:
-        backend.free_sampler(greedy)
-        backend.close()
 
 
 def in_process(
@@ -284,7 +185,7 @@ def level_summary(document: dict[str, Any], concurrency: int) -> dict[str, Any] 
     return None
 
 
-def summarize(samples: dict[str, list[Any]], levels: tuple[int, ...], widths: list[int]) -> dict[str, Any]:
+def summarize(samples: dict[str, list[Any]], levels: tuple[int, ...]) -> dict[str, Any]:
     """Medians with min-max over rounds; the 8-over-1 ratios round by round."""
 
     def engine(concurrency: int, key: str, stat: str | None = None) -> list[float | None]:
@@ -295,10 +196,7 @@ def summarize(samples: dict[str, list[Any]], levels: tuple[int, ...], widths: li
             values.append(value.get(stat) if stat and value else value)
         return values
 
-    raw = samples["raw_decode_tok_s"]
     result: dict[str, Any] = {
-        "prompt_tok_s": spread(samples["prompt_tok_s"]),
-        "raw_decode_tok_s": {w: spread(r[w] for r in raw) for w in widths},
         "engine": {
             c: {
                 "output_tok_s": spread(engine(c, "output_throughput")),
@@ -313,14 +211,6 @@ def summarize(samples: dict[str, list[Any]], levels: tuple[int, ...], widths: li
         result["engine_8_over_1"] = paired_ratios(
             engine(8, "output_throughput"), engine(1, "output_throughput")
         )
-    if 1 in widths and 8 in widths:
-        result["raw_8_over_1"] = paired_ratios([r[8] for r in raw], [r[1] for r in raw])
-    if 8 in levels and 8 in widths:
-        # between tokens, 8 streams decode at 8 / ITL p50; raw llama_decode of 8 sequences is the most
-        shares = [
-            8 / itl / r[8] if itl else None for itl, r in zip(engine(8, "itl_s", "median"), raw, strict=True)
-        ]
-        result["engine_8_decode_share_of_raw"] = spread(shares)
     return result
 
 

@@ -28,7 +28,7 @@ from record import Recording, paired_ratios, spread
 
 from llmflow import LLM
 from llmflow.constraints import Constraint
-from llmflow.constraints.compiler import ConstraintCompiler
+from llmflow.constraints.compiler import ConstraintCompiler, lltokenizer
 
 PROMPT = "List as many fruits and vegetables as you can, as a JSON array of strings."
 SCHEMA = {"type": "array", "items": {"type": "string", "maxLength": 24}, "minItems": 50}
@@ -72,7 +72,7 @@ def decode_rate(llm: LLM, params: dict[str, Any], constraint: Constraint | None)
 
 def gbnf_rate(llm: LLM, max_tokens: int, grammar: Any) -> tuple[float, int]:
     """llama-cpp-python's own GBNF sampler on the same model object (the `llama_cpp` engine's)."""
-    llama = llm.engine._llama
+    llama = llm.engine.llama
     llama.reset()
     ids = llm.prepare(PROMPT, {"max_tokens": max_tokens}).prompt_ids
     first = None
@@ -108,15 +108,13 @@ def batched_rate(llm: LLM, params: dict[str, Any], constraint: Constraint | None
 def compile_times(llm: LLM, repeats: int) -> dict[str, Any]:
     vocabulary = llm.engine.token_vocabulary()
     start = time.perf_counter()
-    compiler = ConstraintCompiler(vocabulary)
-    compiler._lltokenizer()
+    tokenizer = lltokenizer(vocabulary)
     tokenizer_ms = (time.perf_counter() - start) * 1e3
     out: dict[str, Any] = {"tokenizer_build_ms": tokenizer_ms}
     for name, schema in COMPILE_SCHEMAS.items():
         cold, cached = [], []
         for _ in range(repeats):
-            fresh = ConstraintCompiler(vocabulary)
-            fresh._tokenizer = compiler._lltokenizer()  # the tokenizer is built once per model
+            fresh = ConstraintCompiler(vocabulary, tokenizer=tokenizer)  # built once per model
             start = time.perf_counter()
             fresh.compile(Constraint.json_schema(schema))
             cold.append((time.perf_counter() - start) * 1e3)

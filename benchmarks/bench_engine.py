@@ -24,12 +24,12 @@ PROMPT = "Once upon a time, in a small village by the sea, there lived an old fi
 
 
 def run_llmflow(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
-    llm.engine._llama.reset()
+    llm.engine.llama.reset()
     return time_stream(lambda: llm.stream(PROMPT, {"temperature": 0.0, "max_tokens": max_tokens}, raw=True))
 
 
 def run_raw(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
-    llama = llm.engine._llama
+    llama = llm.engine.llama
     llama.reset()
     start = time.perf_counter()
     first = None

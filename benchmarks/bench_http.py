@@ -26,7 +26,6 @@ with few cores it takes that time from the server's llama.cpp threads).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -188,17 +187,6 @@ def alternate(ways: dict[str, Callable[[], Sample]], runs: int) -> dict[str, lis
     return samples
 
 
-def medians(samples: list[Sample]) -> dict[str, float | None]:
-    rates = [s.decode_tok_s for s in samples if s.decode_tok_s is not None]
-    return {
-        "ttft_ms": round(statistics.median(s.ttft_ms for s in samples), 2),
-        "decode_tok_s": round(statistics.median(rates), 2) if rates else None,
-        "e2e_ms": round(statistics.median(s.e2e_ms for s in samples), 1),
-        "chunks": statistics.median(s.chunks for s in samples),
-        "cpu_us_per_chunk": round(statistics.median(s.cpu_us_per_chunk for s in samples)),
-    }
-
-
 def ratios(samples: dict[str, list[Sample]]) -> dict[str, dict | None]:
     """Each ratio round by round (both ways ran in the same round), as median and min-max."""
 
@@ -232,10 +220,6 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="measured runs per way")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--skip", action="append", default=[], choices=WAYS, help="leave this way out")
-    parser.add_argument(
-        "--no-llama-cpp-server", dest="skip", action="append_const", const="llama_cpp_server",
-        help="the same as --skip llama_cpp_server",
-    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/http.json"))
     args = parser.parse_args()
     recording = Recording.begin("http")
@@ -264,7 +248,6 @@ def main() -> None:
                 ways["llmflow_http_sse"] = over_http_sse(url, MODEL_NAME, max_tokens)
         samples = alternate(ways, args.runs)
 
-    summary = {name: medians(values) for name, values in samples.items()}
     config = {"model": model.name, "threads": args.threads, "runs": args.runs,
               "max_tokens": args.max_tokens, "n_ctx": N_CTX, "prompt": PROMPT,
               "ways": list(samples)}  # fmt: skip
@@ -279,14 +262,9 @@ def main() -> None:
         args.out,
         config=config,
         samples={name: [asdict(s) for s in values] for name, values in samples.items()},
-        summary={"medians": summary, "spread": spreads, "ratios": ratios(samples)},
+        summary={"spread": spreads, "ratios": ratios(samples)},
         hide=[model],
     )
-    print("\n| way | TTFT ms | decode tok/s | chunks | CPU µs/chunk (this process) |")
-    print("| --- | --- | --- | --- | --- |")
-    for name, row in summary.items():
-        cells = (name, row["ttft_ms"], row["decode_tok_s"], row["chunks"], row["cpu_us_per_chunk"])
-        print("| " + " | ".join(str(cell) for cell in cells) + " |")
     for name, value in document["summary"]["ratios"].items():
         print(f"{name}: {value}")
 

@@ -39,31 +39,9 @@ from benchmarks.serve_process import free_port, started
 from llmflow.engines.llama_cpp import usable_cores
 from llmflow.model_files import default_model_path
 
-WORDS = tuple(
-    [
-        "policy",
-        "customer",
-        "order",
-        "refund",
-        "shipping",
-        "invoice",
-        "account",
-        "warranty",
-        "return",
-        "exchange",
-        "store",
-        "product",
-        "delivery",
-        "payment",
-        "support",
-        "ticket",
-        "escalation",
-        "manager",
-        "discount",
-        "coupon",
-        "loyalty",
-    ]
-)
+WORDS = ("policy", "customer", "order", "refund", "shipping", "invoice", "account", "warranty", "return",
+         "exchange", "store", "product", "delivery", "payment", "support", "ticket", "escalation", "manager",
+         "discount", "coupon", "loyalty")  # fmt: skip
 
 
 def system_prompt(seed: int, words: int) -> str:
@@ -371,32 +349,7 @@ def main() -> None:
     config["model"] = model.name
     config["servers"] = servers
     hidden = [str(p) for p in (model, logs, args.llama_server, args.example_server) if p]
-    recording.write(args.out, config=config, samples=compact(samples), summary=summary, hide=hidden)
-
-
-def compact(samples: dict[str, Any]) -> dict[str, Any]:
-    """Per-round summaries only (not every request's usage objects)."""
-    out: dict[str, Any] = {}
-    for kind in PER_SERVER:
-        out[kind] = {
-            name: [{k: v for k, v in r.items() if k != "turns"} for r in rounds]
-            for name, rounds in samples[kind].items()
-        }
-    out["sessions_turn_ttft_s"] = {
-        name: [[t["ttft_s"] for t in r["turns"]] for r in rounds]
-        for name, rounds in samples["sessions"].items()
-    }
-    out["revisits"] = [
-        {k: v for k, v in r.items() if k not in ("cold_ttft_s", "revisit_ttft_s", "reused_share")}
-        | {
-            "cold_ttft_p50_s": statistics.median(r["cold_ttft_s"]),
-            "revisit_ttft_p50_s": statistics.median(r["revisit_ttft_s"]),
-        }
-        for r in samples["revisits"]
-    ]
-    out["restart"] = samples["restart"]
-    out["greedy_identity"] = samples.get("greedy_identity")
-    return out
+    recording.write(args.out, config=config, samples=samples, summary=summary, hide=hidden)
 
 
 def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
@@ -411,23 +364,15 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
             "short_ttft_p50_s": spread(per_round("short", name, "ttft_p50_s")),
             "streams_chunks_per_s": spread(per_round("streams", name, "chunks_per_s")),
         }
-    ratios: dict[str, Any] = {}
-    for peer in servers[1:]:
-        ratios[peer] = {
-            "ttft_turn1": paired_ratios(
-                per_round("sessions", "llmflow", "ttft_turn1_s"), per_round("sessions", peer, "ttft_turn1_s")
-            ),
-            "ttft_later": paired_ratios(
-                per_round("sessions", "llmflow", "ttft_later_s"), per_round("sessions", peer, "ttft_later_s")
-            ),
-            "short_ttft": paired_ratios(
-                per_round("short", "llmflow", "ttft_p50_s"), per_round("short", peer, "ttft_p50_s")
-            ),
-            "streams": paired_ratios(
-                per_round("streams", "llmflow", "chunks_per_s"), per_round("streams", peer, "chunks_per_s")
-            ),
+    figures = {"ttft_turn1": ("sessions", "ttft_turn1_s"), "ttft_later": ("sessions", "ttft_later_s"),
+               "short_ttft": ("short", "ttft_p50_s"), "streams": ("streams", "chunks_per_s")}  # fmt: skip
+    summary["llmflow_over"] = {
+        peer: {
+            name: paired_ratios(per_round(kind, "llmflow", key), per_round(kind, peer, key))
+            for name, (kind, key) in figures.items()
         }
-    summary["llmflow_over"] = ratios
+        for peer in servers[1:]
+    }
     revisit = samples["revisits"]
     if not revisit:
         return summary

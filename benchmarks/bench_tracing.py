@@ -40,7 +40,7 @@ MODES: dict[str, dict[str, Any]] = {
 
 def run_stream(model: LlmflowPyfuncModel, max_tokens: int, mode: str) -> tuple[float, float, int]:
     """(ttft_s, decode tokens/s, tokens) as the consumer sees them, `RequestTimings`' formula."""
-    model.llm.engine._llama.reset()
+    model.llm.engine.llama.reset()
     params = {"temperature": 0.0, "max_tokens": max_tokens, **MODES[mode]}
     start = time.perf_counter()
     first = None

@@ -1,8 +1,12 @@
-"""One shape for every benchmark's result file: what ran, where, on which commit, every raw sample.
+"""One shape for every benchmark's result file: what ran, where, on which commit, and its summary.
 
 A script starts a `Recording` before it measures anything (the 1-minute load average then) and
 writes its result through `Recording.write` (the load average again), so a reader can tell a quiet
-machine from a shared one. The renderer reads nothing else.
+machine from a shared one. The result file in `benchmarks/results/` keeps the summary (medians,
+min-max, every round's value a ratio needs), the settings, commit and machine: what the renderer
+reads, and all that goes into git. Every request's raw samples go beside it, under `raw/`, which git
+ignores (`split_samples`; `python -m benchmarks strip FILE...` does the same for a file written
+elsewhere, such as a GPU run's).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "llmflow-bench/1"
+#: the keys that hold raw samples, in this format and the GPU scripts' own: they go to `raw/`
+SAMPLE_KEYS = frozenset({"samples", "requests_of_median_round", "raw_full_steps"})
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = (
     "llama-cpp-python", "mlflow", "fastapi", "uvicorn", "uvloop", "httptools", "sse-starlette",
@@ -172,14 +178,44 @@ class Recording:
         summary: dict[str, Any],
         hide: Iterable[str] = (),
     ) -> dict[str, Any]:
-        """Write the result file; every string in `hide` (a local model path) becomes its file name."""
+        """Write the result file and its samples (`write_split`); every string in `hide` (a local
+        model path) becomes its file name. Returns the result file's document."""
         text = json.dumps(self.document(config, samples, summary), indent=2, default=str)
         for path in hide:
             text = text.replace(str(path), Path(path).name)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n", encoding="utf-8")
-        print(f"result: {out}", file=sys.stderr)
-        return json.loads(text)
+        return write_split(out, json.loads(text))
+
+
+def split_samples(document: Any) -> tuple[Any, Any]:
+    """(the document without its raw samples, the samples alone in the same nesting; None if none)."""
+    if isinstance(document, list):
+        parts = [split_samples(item) for item in document]
+        kept = [k for k, _ in parts]
+        return kept, ([s for _, s in parts] if any(s is not None for _, s in parts) else None)
+    if not isinstance(document, dict):
+        return document, None
+    kept, samples = {}, {}
+    for key, value in document.items():
+        if key in SAMPLE_KEYS:
+            samples[key] = value
+            continue
+        kept[key], inner = split_samples(value)
+        if inner is not None:
+            samples[key] = inner
+    return kept, samples or None
+
+
+def write_split(out: Path, document: dict[str, Any]) -> dict[str, Any]:
+    """`out` gets the document without raw samples; `raw/` beside it (git-ignored) the samples."""
+    kept, samples = split_samples(document)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(kept, indent=2, default=str) + "\n", encoding="utf-8")
+    if samples is not None:
+        raw = out.parent / "raw" / out.name
+        raw.parent.mkdir(exist_ok=True)
+        raw.write_text(json.dumps(samples, default=str) + "\n", encoding="utf-8")
+    print(f"result: {out}", file=sys.stderr)
+    return kept
 
 
 def paired_ratios(numerators: Iterable[float | None], denominators: Iterable[float | None]) -> dict | None:

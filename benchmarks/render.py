@@ -1,10 +1,11 @@
-"""Write BENCHMARKS.md's tables and the README's measured numbers from the stored result files.
+"""Write the measured numbers into BENCHMARKS.md, README.md and docs/ from the stored results.
 
 Each generated part sits between `<!-- BEGIN GENERATED: name -->` and `<!-- END GENERATED: name -->`
-and is rewritten whole; the prose around it is not touched. A full result
-(`benchmarks/results/<name>.json`) is preferred; without one, the smoke run's
-(`benchmarks/results/quick/<name>.json`) is shown, marked as such. Under every table: the result
-file, the command that wrote it, the commit, the CPU and the load average at start and end.
+and is rewritten whole from `benchmarks/results/<file>.json` (the smoke run's
+`results/quick/<file>.json` when there is no full one, marked as such); the prose around it is not
+touched. A result file holds a run's summary (medians with min-max, ratios round by round), its
+settings, commit and machine; the per-request samples stay out of git (`record.py`). Under every
+table: the result file, the command that wrote it, the commit and the machine.
 """
 
 from __future__ import annotations
@@ -12,47 +13,26 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.record import SCHEMA
-from benchmarks.render_gpu import GPU_PARTS, gpu_section
-from benchmarks.suite import BY_NAME
+from benchmarks.record import spread
 
 REPO = Path(__file__).resolve().parents[1]
-DOCUMENTS = (REPO / "BENCHMARKS.md", REPO / "README.md")
+RESULTS = REPO / "benchmarks" / "results"
+DOCUMENTS = (REPO / "BENCHMARKS.md", REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 MARKER = re.compile(r"(<!-- BEGIN GENERATED: ([\w-]+) -->\n?)(.*?)(<!-- END GENERATED: \2 -->)", re.DOTALL)
 Result = dict[str, Any]
 
 
-def load(results: Path, name: str) -> tuple[Result | None, str | None]:
-    """The result and its name as the documents show it (under `benchmarks/results/`)."""
-    for path in (results / f"{name}.json", results / "quick" / f"{name}.json"):
-        try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
-        if document.get("schema") == SCHEMA:
-            return document, _shown(path, results)
-    return None, None
-
-
-def _shown(path: Path, results: Path) -> str:
-    """A result's path from the repository's root (a folder outside it, as tests use, stands in
-    for `benchmarks/results/`)."""
-    try:
-        return path.resolve().relative_to(REPO).as_posix()
-    except ValueError:
-        return f"benchmarks/results/{path.relative_to(results).as_posix()}"
-
-
 # -- numbers ------------------------------------------------------------------------------------
 def num(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
-    return "-" if value is None else f"{value * scale:.{digits}f}"
+    return "-" if value is None else f"{value * scale:,.{digits}f}"
 
 
 def med(s: dict | None, digits: int = 1, scale: float = 1.0) -> str:
-    """A spread as `median (min-max)`; one run: just the value."""
+    """A spread as `median (min-max)`; one value: just the value."""
     if not s:
         return "-"
     if s.get("n", 1) == 1 or s["min"] == s["max"]:
@@ -62,8 +42,11 @@ def med(s: dict | None, digits: int = 1, scale: float = 1.0) -> str:
     )
 
 
-def threads(n: int) -> str:
-    return plural(n, "thread")
+def target(value: float | None, goal: float, above: bool = True) -> str:
+    if value is None:
+        return "-"
+    met = value >= goal if above else value <= goal
+    return f"{num(value, 2)} (target {'≥' if above else '≤'} {goal}: {'met' if met else 'missed'})"
 
 
 def plural(n: int, word: str) -> str:
@@ -72,73 +55,28 @@ def plural(n: int, word: str) -> str:
 
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
-def provenance(document: Result, path: str) -> str:
-    """The line under every table: where the numbers come from, and how busy the machine was."""
-    machine, commit = document["machine"], document["commit"]
-    sha = (commit.get("sha") or "unknown")[:10] + (" + changes" if commit.get("dirty") else "")
-    load = f"{num(machine.get('load_1m_start'), 2)} → {num(machine.get('load_1m_end'), 2)}"
-    quick = " --quick" if document["quick"] else ""
-    line = (
-        f"Result `{path}`, written by `{document['command']}` "
-        f"(re-run: `python -m benchmarks run {Path(path).stem}{quick}`) "
-        f"at commit `{sha}` on {document['started_at'][:10]}; {machine['cpu_model']}, "
-        f"{machine['usable_cores']} usable cores; 1-minute load average {load}."
-    )
-    notes = "".join(f" {note}." for note in document.get("notes", []))
-    if document["quick"]:
-        line = "**Smoke run (`--quick`): few rounds, short answers; not a measurement to quote.** " + line
-    return line + notes + "\n"
-
-
-def missing(name: str) -> str:
-    return f"No result yet: `python -m benchmarks run {name}` writes `benchmarks/results/{name}.json`.\n"
-
-
-# -- one renderer per result --------------------------------------------------------------------
+# -- one renderer per result file -----------------------------------------------------------------
 def engine(d: Result) -> str:
     s, c = d["summary"], d["config"]
-    intro = (
-        f"{c['model']}, {threads(c['threads'])}, {c['max_tokens']} tokens, greedy, {c['runs']} alternated "
-        "runs from an empty KV cache; median (min-max).\n\n"
-    )
     rows = [
         ["llmflow `LLM.stream`", med(s["llmflow_tokens_per_s"]), med(s["llmflow_ttft_ms"])],
         ["raw llama-cpp-python", med(s["raw_tokens_per_s"]), med(s["raw_ttft_ms"])],
-        [
-            "**llmflow / raw, round by round**",
-            f"**{med(s['tokens_per_s_ratio'], 3)}** (target >= 0.98)",
-            f"**{med(s['ttft_delta_ms'], 1)} ms** (target <= +5 ms)",
-        ],
-    ]
-    return intro + table(["path", "decode tok/s", "TTFT ms"], rows)
-
-
-def flash_attn(d: Result) -> str:
-    s, c = d["summary"], d["config"]
-    intro = (
-        f"{c['model']}, {threads(c['threads'])}, {c['prompt_tokens']}-token prompts, "
-        f"{c['max_tokens']} tokens (every answer to the end), greedy, {c['runs']} alternated runs; "
-        "median (min-max), ratios round by round.\n\n"
-    )
-    rows = [
-        [f"`{engine}`", med(e["off_tokens_per_s"]), med(e["on_tokens_per_s"]),
-         f"**{med(e['tokens_per_s_ratio_on_off'], 3)}**", med(e["off_ttft_ms"]), med(e["on_ttft_ms"]),
-         f"**{med(e['ttft_ratio_on_off'], 3)}**"]
-        for engine, e in s.items()
+        ["**llmflow / raw, round by round**", f"**{med(s['tokens_per_s_ratio'], 3)}** (target >= 0.98)",
+         f"**{med(s['ttft_delta_ms'], 1)} ms** (target <= +5 ms)"],
     ]  # fmt: skip
-    header = ["engine", "decode tok/s, off", "on", "on / off", "TTFT ms, off", "on", "on / off"]
-    return intro + table(header, rows)
+    return (
+        f"{c['model']}, {plural(c['threads'], 'thread')}, {c['max_tokens']} tokens, greedy, {c['runs']} "
+        "alternated runs from an empty KV cache; median (min-max).\n\n"
+        + table(["path", "decode tok/s", "TTFT ms"], rows)
+    )
 
 
 def tracing(d: Result) -> str:
     s, c = d["summary"], d["config"]
-    rows = [
-        [mode, med(s[f"{mode}_tokens_per_s"]), med(s[f"{mode}_ttft_ms"])] for mode in ("off", "on", "timings")
-    ]
+    rows = [[m, med(s[f"{m}_tokens_per_s"]), med(s[f"{m}_ttft_ms"])] for m in ("off", "on", "timings")]
     wrapper = s["wrapper_us_per_chunk"]
     return (
         f"{c['model']}, {c['max_tokens']} tokens, {c['runs']} rounds, modes alternated; median (min-max).\n\n"
@@ -152,404 +90,122 @@ def tracing(d: Result) -> str:
 
 def mlflow_load(d: Result) -> str:
     s, c = d["summary"], d["config"]
-    fresh = s["fresh_process_s"]
-    rows = [[f"in process: {kind}", med(v, 3)] for kind, v in s["in_process_s"].items()]
-    for kind, parts in fresh.items():
-        rows += [[f"fresh process ({kind}): {part}", med(v, 3)] for part, v in parts.items()]
-    rows += [["`log_model`", num(s["log_model_s"], 3)], ["`save_model`", num(s["save_model_s"], 3)]]
+    rows = [[f"in process, {kind}", med(v, 3), "-", "-", "-"] for kind, v in s["in_process_s"].items()]
+    for kind, p in s["fresh_process_s"].items():
+        parts = ("load_s", "import_s", "first_chunk_s", "process_s")
+        rows.append([f"fresh process, {kind}", *(med(p[part], 3) for part in parts)])
     return (
-        f"{c['model']}; {c['runs']} in-process loads and {c['processes']} fresh processes per kind, "
-        "kinds alternated; median (min-max). Target: in process <= 1 s.\n\n"
-        + table(["load", "seconds"], rows)
+        f"{c['model']}; {c['runs']} in-process loads and {c['processes']} fresh processes per kind, kinds "
+        f"alternated; seconds, median (min-max). Target: in process <= 1 s. `log_model` "
+        f"{num(s['log_model_s'], 3)} s, `save_model` {num(s['save_model_s'], 3)} s.\n\n"
+        + table(["load", "load", "imports", "first chunk", "whole process"], rows)
     )
 
 
 def http(d: Result) -> str:
     s, c = d["summary"], d["config"]
-    spreads = s["spread"]
     rows = [
         [f"`{way}`", med(v["decode_tok_s"]), med(v["ttft_ms"]), med(v["cpu_us_per_chunk"], 0)]
-        for way, v in spreads.items()
+        for way, v in s["spread"].items()
     ]
-    ratio_rows = [[name, med(value, 3)] for name, value in s["ratios"].items()]
+    header = "ratio, round by round (targets: HTTP/in-process >= 0.97, TTFT overhead <= 10 ms)"
     return (
-        f"{c['model']}, {threads(c['threads'])}, {c['max_tokens']} tokens, {c['runs']} alternated rounds; "
-        "median (min-max).\n\n"
+        f"{c['model']}, {plural(c['threads'], 'thread')}, {c['max_tokens']} tokens, {c['runs']} alternated "
+        "rounds; median (min-max).\n\n"
         + table(["way", "decode tok/s", "TTFT ms", "this process's CPU µs/chunk"], rows)
         + "\n"
-        + table(
-            ["ratio, round by round (targets: HTTP/in-process >= 0.97, TTFT overhead <= 10 ms)", "value"],
-            ratio_rows,
-        )
-    )
-
-
-def server_cpu(d: Result) -> str:
-    s = d["summary"]
-    rows = [[name, num(us, 0)] for name, us in s["us_per_event_by_thread"].items()]
-    return (
-        f"{s['events']} streamed events. The other threads, by CPU time, are the generation worker and "
-        "llama.cpp's threads (Python 3.11 leaves OS threads unnamed, so they are told apart only by what "
-        "they spend).\n\n" + table(["server thread", "CPU µs per event"], rows)
-    )
-
-
-def serving_steps(d: Result) -> str:
-    s, c = d["summary"], d["config"]
-    servers = ["default", *(v.split("=", 1)[0] for v in c["variant"])]
-    header = ["streams", "ceiling tok/s", "in process tok/s"]
-    for name in servers:
-        label = "llmflow serve" if name == "default" else f"llmflow serve {name}"
-        header += [f"{label} tok/s (ITL p50 ms)", "/ in process"]
-    rows = []
-    for level, row in s.items():
-        cells = [level, num(row["ceiling_tokens_per_s"], 0), med(row["in_process_tokens_per_s"], 0)]
-        for name in servers:
-            r = row[name]
-            speed = f"{med(r['output_tokens_per_s'], 0)} ({med(r['itl_p50_ms'])})"
-            if r["failed"]:
-                speed += f", {r['failed']} requests failed"
-            cells += [speed, num(r["over_in_process"], 2)]
-        rows.append(cells)
-    return (
-        f"A step of every running stream sleeps {num(c['step_ms'])} ms (one pass, as on a GPU); "
-        f"{c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, {c['waves']} waves a level; "
-        f"median (min-max) of {c['rounds']} rounds, the servers alternating.\n\n" + table(header, rows)
+        + table([header, "value"], [[name, med(value, 3)] for name, value in s["ratios"].items()])
     )
 
 
 def batching(d: Result) -> str:
     s, c = d["summary"], d["config"]
-    widths = [str(w) for w in c["widths"]]
-    rows = []
-    for quant, q in s.items():
-        engine_rows = q["engine"]
-        rows.append(
-            [
-                quant,
-                med(engine_rows.get("1", {}).get("output_tok_s")),
-                med(engine_rows.get("8", {}).get("output_tok_s")),
-                f"**{med(q.get('engine_8_over_1'), 2)}**",
-                *[med(q["raw_decode_tok_s"].get(w)) for w in widths],
-                med(q.get("raw_8_over_1"), 2),
-                med(q["prompt_tok_s"]),
-            ]
-        )
-    header = [
-        "weights", "engine, 1 stream tok/s", "engine, 8 streams tok/s", "8 / 1",
-        *[f"raw `llama_decode` w={w}" for w in widths], "raw 8 / 1",
-        f"prompt processing ({c['ceiling_tokens']})",
+    rows = [
+        [quant, med(q["engine"]["1"]["output_tok_s"]), med(q["engine"]["8"]["output_tok_s"]),
+         f"**{med(q['engine_8_over_1'], 2)}**"]
+        for quant, q in s.items()
     ]  # fmt: skip
     return (
-        f"{c['model']} and its requantizations, {threads(c['threads'])}, {c['prompt_tokens']}-token prompts, "
-        f"{c['max_tokens']} tokens, {plural(c['rounds'], 'round')} (weight types and levels alternated); "
-        "tokens/s, "
-        "median (min-max).\n\n" + table(header, rows)
-    )
-
-
-def step_shapes(d: Result) -> str:
-    s, c = d["summary"], d["config"]
-    rows = [[f"`{way}`", med(v)] for way, v in s["tokens_per_s"].items()]
-    return (
-        f"{c['model']}, {threads(c['threads'])}: {c['width']} sequences decoding ({c['depth']} tokens deep) "
-        f"while a {c['prompt']}-token prompt is computed in chunks of {c['chunk']}; "
-        f"{s['tokens_per_run']} tokens (the decode-only ways: their decode tokens) "
-        f"a run, {c['rounds']} rounds, ways alternated; median (min-max).\n\n"
-        + table(["way", "tokens/s"], rows)
-        + f"\nOne fused pass on a unified cache / llmflow's passes, round by round: "
-        f"**{med(s['fused_over_chunked'], 3)}**; the whole prompt in one pass of its own / chunks: "
-        f"{med(s['whole_over_chunked'], 3)}; decode steps alone, unified / own streams: "
-        f"{med(s.get('decode_only_unified_over_own'), 3)}.\n"
-    )
-
-
-def failed_and_resent(row: dict) -> str:
-    """Failed requests, and those sent twice because the server dropped the first unanswered
-    (results written before the bench resent such requests have no count)."""
-    resent = row.get("resent", 0)
-    return f"{row['failed']} ({resent} resent)" if resent else str(row["failed"])
-
-
-def peers(d: Result) -> str:
-    s, c = d["summary"], d["config"]
-    header = ["workload", "server", "output tok/s", "TTFT p50 s", "TTFT p99 s", "ITL p50 ms", "ITL p99 ms",
-              "TPOT p50 ms", "failed"]  # fmt: skip
-    rows = []
-    for workload, servers in s.items():
-        for server, r in servers.items():
-            rows.append(
-                [
-                    workload, server, med(r["output_tok_s"]),
-                    med(r["ttft_p50_s"], 2), med(r["ttft_p99_s"], 2),
-                    med(r["itl_p50_s"], 1, 1000), med(r["itl_p99_s"], 1, 1000), med(r["tpot_p50_s"], 1, 1000),
-                    failed_and_resent(r),
-                ]
-            )  # fmt: skip
-    fresh = ", new prompts in every round" if c.get("seeds") else ""
-    intro = (
-        f"{c['model']}, {threads(c['threads'])} for every server, {c['parallel']} batched sequences, "
-        f"{c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy; "
-        f"{plural(c['rounds'], 'round')}{fresh}, "
-        "servers alternated per workload; median (min-max) over rounds.\n\n"
-    )
-    return intro + table(header, rows) + "\n" + peer_targets(s)
-
-
-def peer_targets(s: Result) -> str:
-    """llmflow against each peer per workload, medians: the goal is >= llama-server's tok/s and
-    <= its TTFT p50, and more tok/s than either Python server."""
-    lines = []
-    for workload, servers in s.items():
-        for name, ours in servers.items():
-            if name == "llmflow" or name.startswith("llmflow "):
-                lines.append(f"- {workload}: {name} " + "; ".join(_against_peers(ours, servers)))
-    if not lines:
-        return ""
-    return (
-        "llmflow (and each of its variants) against each peer (goals: against llama-server tok/s ratio "
-        ">= 1 and TTFT p50 ratio <= 1; ahead of both Python servers), medians:\n\n" + "\n".join(lines) + "\n"
-    )
-
-
-def _against_peers(ours: Result, servers: Result) -> list[str]:
-    theirs = servers.get("llama-server")
-    parts = []
-    if theirs:
-        rate = ratio(ours["output_tok_s"], theirs["output_tok_s"])
-        ttft = ratio(ours["ttft_p50_s"], theirs["ttft_p50_s"])
-        met = "met" if rate is not None and ttft is not None and rate >= 1 and ttft <= 1 else "missed"
-        parts.append(f"/ llama-server output tok/s {num(rate, 2)}, TTFT p50 {num(ttft, 2)}: {met}")
-    for peer in ("example-server", "llama_cpp.server"):
-        if servers.get(peer):
-            rate = ratio(ours["output_tok_s"], servers[peer]["output_tok_s"])
-            met = rate is not None and rate >= 1
-            parts.append(f"/ {peer} tok/s {num(rate, 2)}: {'ahead' if met else 'behind'}")
-    return parts
-
-
-def ratio(a: dict | None, b: dict | None) -> float | None:
-    return a["median"] / b["median"] if a and b and b["median"] else None
-
-
-def cpu_steps(d: Result) -> str:
-    s, c = d["summary"], d["config"]
-    intro = (
-        f"{c['model']}, {threads(c['threads'])}, {c['streams']} sequences of {c['prompt_tokens']} prompt "
-        f"and {c['max_tokens']} generated tokens (every answer to the end), greedy; "
-        f"{plural(c['rounds'], 'round')}, the two settings alternated; median (min-max) over rounds.\n\n"
-    )
-    rows = []
-    for key, e in s.items():
-        shares = " / ".join(
-            med({k: v * 100 for k, v in e["wall_share"][kind].items() if k != "n"}, 0)
-            for kind in ("full_decode", "with_prompt_tokens", "partial_decode")
-        )
-        rows.append([
-            f"flash attention {key}",
-            med(e["batched_bench_decode_tok_s"]),
-            med(e["batched_bench_decode_step_ms"]),
-            med(e["batched_bench_generated_tok_s"]),
-            med(e["engine_full_step_ms"]),
-            med(e["engine_forward_ms"]),
-            med(e["engine_samplers_ms"], 2),
-            med(e["engine_python_ms"], 2),
-            med(e["engine_generated_tok_s"]),
-            med(e["engine_over_batched_bench_generated"], 2),
-            shares,
-        ])  # fmt: skip
-    header = ["setting", "batched-bench decode tok/s", "its decode step ms",
-              "batched-bench generated tok/s (prefill + decode)", "engine full step ms", "forward pass ms",
-              "samplers ms", "Python ms", "engine wave tok/s", "engine / batched-bench generated",
-              "engine wave wall % full / prompt / narrower steps"]  # fmt: skip
-    return intro + table(header, rows)
-
-
-def spark(d: Result) -> str:
-    s, c = d["summary"], d["config"]
-    first = s["spark_first_job"]
-    rows = [
-        ["in-process `predict`", med(s["in_process_rows_per_s"], 2)],
-        [f"Spark `{c['master']}`, first job (starts workers, loads engines)", num(first["rows_per_s"], 2)],
-        [f"Spark `{c['master']}`, warm job", med(s["spark_warm_job_rows_per_s"], 2)],
-        [
-            "**warm Spark / in process, round by round**",
-            f"**{med(s['spark_warm_over_in_process_rows_per_s'], 2)}**",
-        ],
-    ]
-    return (
-        f"{c['prompts']} prompts, {c['max_tokens']} tokens, {c['partitions']} partitions, "
-        f"{c['rounds']} rounds "
-        f"alternated; Spark session start {num(s['spark_session_start_s'], 1)} s; every answer equal to the "
-        f"in-process one: {s['answers_equal']}.\n\n" + table(["job", "rows/s"], rows)
-    )
-
-
-def surface(d: Result) -> str:
-    s, c = d["summary"], d["config"]
-    rows = []
-    if "embeddings" in s:
-        e = s["embeddings"]
-        rows.append(
-            [
-                f"embeddings/s, a batch of {c['embedding_inputs']} short inputs",
-                f"llmflow {med(e['llmflow_embeddings_per_s'])}",
-                f"`Llama.embed` {med(e['llama_cpp_python_embeddings_per_s'])}",
-                f"**{med(e['ratio_llmflow_over_llama_cpp_python'], 2)}**",
-            ]
-        )
-    if "logprobs" in s:
-        lp = s["logprobs"]
-        rows.append(
-            [
-                "decode tok/s, logprobs (top 5) on / off",
-                f"on {med(lp['on_tokens_per_s'])}",
-                f"off {med(lp['off_tokens_per_s'])}",
-                f"**{med(lp['ratio_on_over_off'], 3)}** (target >= 0.95)",
-            ]
-        )
-    if "choices" in s:
-        ch = s["choices"]
-        rows.append([
-            f"aggregate tok/s, n=4 against 4 requests ({ch['prompt_tokens']}-token prompt, batching engine)",
-            f"n=4 {med(ch['n4_tokens_per_s'])}", f"4 requests {med(ch['separate4_tokens_per_s'])}",
-            f"**{med(ch['ratio_n4_over_separate4'], 2)}** (target >= 1.3)",
-        ])  # fmt: skip
-    return (
-        f"{c['model']}, {threads(c['threads'])}, {c['rounds']} rounds, sides alternated; "
-        "median (min-max).\n\n" + table(["what", "one side", "other side", "ratio, round by round"], rows)
-    )
-
-
-def soak(d: Result) -> str:
-    s = d["summary"]
-    keys = [k for k, v in s.items() if isinstance(v, (int, float, bool, str)) and k != "samples"]
-    return table(["check", "value"], [[f"`{k}`", str(s[k])] for k in keys])
-
-
-def constraint_libraries(d: Result) -> str:
-    s, c = d["summary"], d["config"]
-    rows = []
-    for lib, r in s.items():
-        rows.append(
-            [
-                f"`{lib}` {c['versions'].get(lib, '')}",
-                f"{num(100 * r['compiled_share'], 0)}% ({r['timeouts']} timeouts)",
-                med(r["compile_cold_ms"], 2),
-                med(r["compile_cached_ms"], 3),
-                med(r["mask_us_per_token"], 1),
-                f"{num(100 * (r['walks_finished_share'] or 0), 0)}%",
-                f"{num(100 * (r['valid_share_of_finished'] or 0), 0)}%",
-            ]
-        )
-    header = ["library", "schemas compiled", "compile cold ms", "compile cached ms", "mask µs/token",
-              "walks finished", "finished that validate"]  # fmt: skip
-    return (
-        f"{c['per_dataset']} schemas from each of {len(c['datasets'])} JSONSchemaBench datasets "
-        f"({s[next(iter(s))]['schemas']} in all), the embedded model's vocabulary: {c['vocabulary']}; "
-        f"{c['timeout_s']:g} s compile limit; a walk is up to {c['walk_tokens']} random tokens drawn "
-        "from the mask; median (min-max) over the schemas.\n\n" + table(header, rows)
+        f"{c['model']} and its requantizations, {plural(c['threads'], 'thread')}, {c['prompt_tokens']}-token "
+        f"prompts, {c['max_tokens']} tokens, {plural(c['rounds'], 'round')} (weight types and levels "
+        "alternated); output tokens/s, median (min-max); the ratio round by round.\n\n"
+        + table(["weights", "1 stream", "8 streams", "8 / 1"], rows)
     )
 
 
 def constraints(d: Result) -> str:
     s, c = d["summary"], d["config"]
-    single, batched = s["llama_cpp"], s["llama_cpp_batched_8"]
+    one, eight = s["llama_cpp"], s["llama_cpp_batched_8"]
     rows = [
-        ["`llama_cpp`, 1 stream", med(single["unconstrained"]), med(single["constrained"]),
+        ["`llama_cpp`, 1 stream", med(one["unconstrained"]), med(one["constrained"]),
          f"**{med(s['llama_cpp_constrained_over_unconstrained'], 3)}**"],
-        ["`llama_cpp`, llama.cpp's own GBNF sampler", med(single["unconstrained"]), med(single["gbnf"]),
+        ["`llama_cpp`, llama.cpp's own GBNF sampler", med(one["unconstrained"]), med(one["gbnf"]),
          med(s["llama_cpp_gbnf_over_unconstrained"], 3)],
-        ["`llama_cpp`, 1 stream, sampled (temperature 0.8)", med(single["unconstrained_sampled"]),
-         med(single["constrained_sampled"]), med(s["llama_cpp_sampled_constrained_over_unconstrained"], 3)],
-        [f"`llama_cpp_batched`, {c['streams']} streams", med(batched["unconstrained"]),
-         med(batched["constrained"]),
-         f"**{med(s['llama_cpp_batched_8_constrained_over_unconstrained'], 3)}**"],
+        ["`llama_cpp`, 1 stream, sampled (temperature 0.8)", med(one["unconstrained_sampled"]),
+         med(one["constrained_sampled"]), med(s["llama_cpp_sampled_constrained_over_unconstrained"], 3)],
+        [f"`llama_cpp_batched`, {c['streams']} streams", med(eight["unconstrained"]),
+         med(eight["constrained"]), f"**{med(s['llama_cpp_batched_8_constrained_over_unconstrained'], 3)}**"],
     ]  # fmt: skip
     compiles = "; ".join(
         f"`{name}` cold {med(v['cold_ms'], 2)} ms, cached {med(v['cached_ms'], 4)} ms"
         for name, v in s["compile"].items()
     )
     return (
-        f"{c['model']}, {c['max_tokens']} tokens, {plural(c['rounds'], 'round')} (sides alternated); "
-        "decode tokens/s (one stream: first to last token; 8 streams: all tokens over the wall time), "
-        "median (min-max); ratio round by round (target >= 0.95). One stream is greedy unless marked: "
-        "a greedy step checks the top token and masks the logits only when the constraint refuses it; "
-        "8 streams sample at temperature 0.8.\n\n"
+        f"{c['model']}, {c['max_tokens']} tokens, {plural(c['rounds'], 'round')} (sides alternated); decode "
+        "tokens/s, median (min-max); ratio round by round (target >= 0.95). One stream is greedy unless "
+        "marked; 8 streams sample at temperature 0.8.\n\n"
         + table(["engine", "unconstrained tok/s", "constrained tok/s", "constrained / unconstrained"], rows)
-        + f"\nSchema compile: {compiles}; llguidance's tokenizer for the model, built once: "
-        f"{num(s['tokenizer_build_ms'], 0)} ms.\n"
+        + f"\nSchema compile: {compiles}.\n"
     )
 
 
-#: the GPU result the Ray Serve estimate scales from: llmflow serve, an 8B model, one H200
-RAY_ESTIMATE_SOURCE = "llama_cpp_gpu_h200_run12.json"
-RAY_TARGETS = {
-    "serve-2t": "llmflow serve, 2 threads",
-    "serve-1t": "llmflow serve, 1 thread",
-    "ray-1x1t": "Ray Serve, 1 replica x 1 thread",
-    "ray-2x1t": "Ray Serve, 2 replicas x 1 thread",
-}
-
-
-def ray(d: Result) -> str:
+def speculation(d: Result) -> str:
     s, c = d["summary"], d["config"]
-    header = ["target", *(f"tok/s at {level}" for level in s["levels"]), "TTFT p50 ms at c=1"]
-    rows = []
-    for target, label in RAY_TARGETS.items():
-        cells = [med(s["levels"][level][target]["output_tok_s"]) for level in s["levels"]]
-        rows.append([label, *cells, med(s["levels"]["c=1"][target]["ttft_p50_s"], 0, 1000)])
-    r = s["ratios"]
-    ratio_rows = [
-        ["1 stream, Ray 1x1t / serve 1 thread (the proxy's cost)",
-         f"**{med(r['proxy_tok_s_ratio_1_stream'], 3)}** (target >= 0.95)"],
-        ["1 stream, TTFT Ray 1x1t - serve 1 thread", f"{med(r['proxy_ttft_delta_s_1_stream'], 1, 1000)} ms"],
-        ["1 stream, Ray 1x1t / serve 2 threads", med(r["ray_1x1t_over_serve_2t_1_stream"], 3)],
-        *[[f"{level}, Ray 2x1t / serve 2 threads", med(r[f"ray_2x1t_over_serve_2t_{level}"], 2)]
-          for level in s["levels"]],
+    names = {
+        "rewrite": ("`llama_cpp`, rewrite a ~600-token text changing one word", 1.5),
+        "chat": ("`llama_cpp`, ordinary chat prompts", 0.97),
+        "batched_8": (f"`llama_cpp_batched`, {c['streams']} rewrite streams at once", 1.3),
+    }
+    rows = [
+        [label, med(s[key]["off"]), med(s[key]["on"]), f"**{med(s[key]['on_over_off'], 2)}**",
+         f">= {goal}", f"{s[key]['identical']} of {s[key]['answers']}"]
+        for key, (label, goal) in names.items()
+        if key in s
     ]  # fmt: skip
-    relay = s["relay_cpu_us_per_token"]
-    intro = (
-        f"{c['model']}, chat, {c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy, "
-        f"`--parallel {c['parallel']}` everywhere; Ray {c['ray']}; {c['rounds']} rounds, targets rotated; "
-        "output tok/s, median (min-max over rounds).\n\n"
-    )
-    cpu = (
-        f"\nCPU that relaying one streamed token costs (this CPU): Ray's HTTP proxy "
-        f"{med(relay['proxy'], 0)} µs, llmflow's ingress {med(relay['ingress'], 0)} µs.\n"
-    )
     return (
-        intro + table(header, rows) + "\n" + table(["ratio, round by round", "value"], ratio_rows) + cpu
-        + ray_estimate(relay)
-    )  # fmt: skip
+        f"{c['model']}, greedy, {c['max_tokens']} tokens at most, KV cache "
+        f"{c['engine_options'].get('kv_cache_type', 'f16')}, {plural(c['rounds'], 'round')} (sides "
+        "alternated); decode tokens/s, median (min-max); the ratio round by round.\n\n"
+        + table(["workload", "off tok/s", "on tok/s", "on / off", "target", "same answer"], rows)
+    )
 
 
-def ray_estimate(relay: dict[str, dict | None]) -> str:
-    """Replicas and machines for 100 and 10,000 concurrent streams of an 8B model on H200s, from
-    the GPU run's largest measured concurrency and this run's relay cost."""
-    path = REPO / "benchmarks" / "results" / RAY_ESTIMATE_SOURCE
-    gpu = json.loads(path.read_text(encoding="utf-8"))
-    levels = gpu["models"]["f16"]["servers"]["llmflow"]
-    level = max(levels, key=int)
-    streams_per_gpu, aggregate = int(level), levels[level]["output_tok_s"]
-    per_stream = aggregate / streams_per_gpu
-    relay_us = sum((relay[name] or {}).get("median", 0.0) for name in ("proxy", "ingress"))
+def peers(d: Result) -> str:
+    """Every server at every workload; beside each peer, llmflow's output tok/s and TTFT p50 over
+    its (medians)."""
+    s, c = d["summary"], d["config"]
     rows = []
-    for streams in (100, 10_000):
-        replicas = -(-streams // streams_per_gpu)
-        relay_cores = streams * per_stream * relay_us / 1e6
-        rows.append([f"{streams:,}", f"{replicas:,}", f"{-(-replicas // 8):,}", num(relay_cores, 1)])
+    for workload, servers in s.items():
+        for server, r in servers.items():
+            ours = servers.get("llmflow") if server.split(" ")[0] != "llmflow" else None
+            failed = f"{r['failed']} ({r['resent']} resent)" if r.get("resent") else str(r["failed"])
+            rows.append(
+                [workload, server, med(r["output_tok_s"]), med(r["ttft_p50_s"], 2),
+                 med(r["itl_p50_s"], 1, 1000), med(r["itl_p99_s"], 1, 1000), failed,
+                 f"{ratio(ours, r, 'output_tok_s')} / {ratio(ours, r, 'ttft_p50_s')}" if ours else ""]
+            )  # fmt: skip
+    header = ["workload", "server", "output tok/s", "TTFT p50 s", "ITL p50 ms", "ITL p99 ms", "failed",
+              "llmflow / it: tok/s / TTFT p50"]  # fmt: skip
     return (
-        f"\n**Paper estimate** for an 8B model (f16) on H200s, one replica per GPU: the GPU run "
-        f"(`benchmarks/results/{RAY_ESTIMATE_SOURCE}`) measured llmflow serve at {streams_per_gpu} "
-        f"concurrent streams on one H200 at {num(aggregate, 0)} tok/s in all, {num(per_stream, 0)} tok/s a "
-        f"stream; relaying costs {num(relay_us, 0)} µs of CPU a token (proxy + ingress, above). Streams "
-        "beyond the measured concurrency are not assumed to fit on a GPU.\n\n"
-        + table(
-            ["concurrent streams", "replicas (H200s)", "8-GPU machines", "CPU cores for proxy + ingress"],
-            rows,
-        )
+        f"{c['model']}, {plural(c['threads'], 'thread')} for every server, {c['parallel']} batched "
+        f"sequences, {c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy; "
+        f"{plural(c['rounds'], 'round')}{', new prompts in every round' if c.get('seeds') else ''}, "
+        "servers alternated per workload; median (min-max) over rounds.\n\n" + table(header, rows)
     )
+
+
+def ratio(a: Result, b: Result, key: str) -> str:
+    return num(a[key]["median"] / b[key]["median"], 2) if a[key] and b[key] and b[key]["median"] else "-"
 
 
 def sessions(d: Result) -> str:
@@ -560,25 +216,24 @@ def sessions(d: Result) -> str:
         [name, med(r["ttft_turn1_s"], 2), med(r["ttft_later_s"], 3), med(r["short_ttft_p50_s"], 3),
          med(r["streams_chunks_per_s"], 1)]
         for name, r in s["servers"].items()
-    ]  # fmt: skip
-    ratios = [
+    ] + [
         [f"llmflow / {peer}", med(r["ttft_turn1"], 2), med(r["ttft_later"], 2), med(r["short_ttft"], 2),
          med(r["streams"], 2)]
         for peer, r in s["llmflow_over"].items()
     ]  # fmt: skip
-    intro = (
-        f"{c['model']}, {threads(c['threads'])} and {c['parallel']} sequences for every server, greedy. A "
-        f"session: a system prompt of {c['system_words']} words (about 1.1k tokens), {c['turns']} turns of "
+    text = (
+        f"{c['model']}, {plural(c['threads'], 'thread')} and {c['parallel']} sequences for every server, "
+        f"greedy. A session: a system prompt of {c['system_words']} words, {c['turns']} turns of "
         f"{c['answer_tokens']}-token answers, each appended to the next request; a short request: a question "
         f"of its own, alone; {c['streams']} concurrent streams of {c['stream_tokens']} tokens. "
         f"{plural(c['rounds'], 'round')}, servers alternated, a new system prompt each round; median "
-        "(min-max) over rounds; llmflow's ratios round by round: below 1 it is faster for a TTFT, "
-        "above 1 for chunks/s (a chunk is about a token).\n\n"
+        "(min-max); llmflow's ratios round by round: below 1 it is faster for a TTFT, above 1 for chunks/s "
+        "(a chunk is about a token).\n\n" + table(header, rows)
     )
     if "revisits" not in s:
-        return intro + table(header, rows + ratios)
+        return text
     rv, rs, gi = s["revisits"], s["restart"], s["greedy_identity"]
-    tiers = (
+    return text + (
         f"\nThe conversation cache's tiers (llmflow): {c['sessions']} sessions on {c['parallel']} sequences, "
         f"each visited twice round robin with a {c['cache_ram_mib']} MiB host tier: a revisit's TTFT "
         f"{med(rv['cold_over_revisit'], 1)}x below its cold first turn, at least "
@@ -587,85 +242,233 @@ def sessions(d: Result) -> str:
         f"{num(rv['host_tier_bytes_max'] / 2**20, 0)} MiB). After a restart on the same "
         f"`--prompt-cache-dir`, a session's next turn: TTFT {med(rs['cold_over_after_restart'], 1)}x "
         "below its cold first turn "
-        f"({med(rs['cached_share'], 2)} of its prompt reused). Greedy answers with the cache on and off, "
-        f"the same sessions turn by turn ({gi['weights']}): {gi['identical']} of {gi['answers']} identical. "
-        f"Saving a conversation to the host tier held the decode loop "
-        f"{num(gi['saving']['save_ms_mean'], 1)} ms on average, {num(gi['saving']['save_ms_max'], 1)} ms at "
-        f"most ({gi['saving']['saves']} saves).\n"
+        f"({med(rs['cached_share'], 2)} of its prompt reused). Greedy answers with the cache on and off, the "
+        f"same sessions turn by turn: {gi['identical']} of {gi['answers']} identical. Saving a conversation "
+        f"to the host tier held the decode loop {num(gi['saving']['save_ms_mean'], 1)} ms on average, "
+        f"{num(gi['saving']['save_ms_max'], 1)} ms at most ({gi['saving']['saves']} saves).\n"
     )
-    return intro + table(header, rows + ratios) + tiers
 
 
-RENDERERS: dict[str, Callable[[Result], str]] = {
-    "engine": engine, "flash_attn": flash_attn,
-    "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "server_cpu": server_cpu,
-    "batching": batching, "step_shapes": step_shapes,
-    "peers": peers, "peers_prefix": peers, "peers_chunk": peers, "peers_onepass": peers,
-    "peers_fa": peers, "cpu_steps": cpu_steps, "serving_steps": serving_steps,
-    "spark": spark, "surface": surface, "soak": soak, "load": soak,
-    "constraint_libraries": constraint_libraries, "constraints": constraints, "ray": ray,
-    "sessions": sessions,
-}  # fmt: skip
+def checks(d: Result) -> str:
+    """The soak's and the load test's checks: every value a plain figure or a yes/no."""
+    s = d["summary"]
+    return "; ".join(f"`{k}` {v}" for k, v in s.items() if isinstance(v, (int, float, bool))) + ".\n"
+
+
+# -- GPU results (benchmarks/gpu/bench_llama_cpp_gpu.py) -------------------------------------------
+def server_cell(row: Result | None) -> str:
+    if row is None:
+        return "-"
+    low, high = row["output_tok_s_min_max"]
+    summary = row["summary_of_median_round"]
+    if summary["failed"]:
+        total = summary["completed"] + summary["failed"]
+        return f"{num(row['output_tok_s'])} ({summary['completed']} of {total} requests completed)"
+    timing = f"{num(row['ttft_p50_s'], 0, 1000)} / {num(row['itl_p50_s'], 1, 1000)}"
+    return f"{num(row['output_tok_s'])} [{num(low, 0)}-{num(high, 0)}] ({timing})"
+
+
+def paired(a: Result, b: Result) -> str:
+    """A server's output tok/s over another's, round by round (both ran in each round)."""
+    return med(
+        spread(x / y for x, y in zip(a["output_tok_s_rounds"], b["output_tok_s_rounds"], strict=True)), 3
+    )
+
+
+def gpu_servers(d: Result) -> str:
+    """A row per model and concurrency: llmflow serve, its variants (each over it, round by round),
+    every llama-server run (llmflow over it, against the targets), llama-batched-bench's decode."""
+    rows, names = [], list(next(iter(d["models"].values()))["servers"])
+    has_ceiling = any("batched_bench" in entry for entry in d["models"].values())
+    variants = [n for n in names if n.startswith("llmflow ")]
+    peers_ = [n for n in names if not n.startswith("llmflow")]
+    for label, entry in d["models"].items():
+        ceiling = entry.get("batched_bench", {}).get("streams", {}).get("decode_tok_s", {})
+        for level, ours in entry["servers"]["llmflow"].items():
+            cells = [label, level, server_cell(ours)]
+            for name in variants:
+                cells += [
+                    server_cell(entry["servers"][name][level]),
+                    paired(entry["servers"][name][level], ours),
+                ]
+            for name in peers_:
+                other = entry["servers"][name].get(level)
+                rate = ours["output_tok_s"] / other["output_tok_s"] if other else None
+                cells += [server_cell(other), target(rate, 0.97 if level == "1" else 1.0)]
+            if has_ceiling:
+                rate = ours["output_tok_s"] / ceiling[level]
+                cells += [num(ceiling[level]), target(rate, 0.9) if level == "64" else num(rate, 2)]
+            rows.append(cells)
+    header = ["model", "streams", "`llmflow`"]
+    for name in variants:
+        header += [f"`{name}`", "/ `llmflow`, round by round"]
+    for name in peers_:
+        header += [f"`{name}`", f"`llmflow` / `{name}`"]
+    header += ["llama-batched-bench decode", "`llmflow` / batched-bench"] if has_ceiling else []
+    c = d["config"]
+    return (
+        f"Output tokens/s of each server's median round of {c['rounds']} [min-max over rounds] (TTFT p50 / "
+        f"ITL p50 in ms); {c['prompt_tokens']}-token prompts, {c['max_tokens']} tokens, greedy.\n\n"
+        + table(header, rows)
+        + gpu_ceilings(d)
+    )
+
+
+def gpu_ceilings(d: Result) -> str:
+    """At the top concurrency: llama-batched-bench counted over its prefill and decode (the ceiling
+    for a workload that brings its prompts), the engine in this process (no HTTP), and one KV pool."""
+    rows = []
+    for label, entry in d["models"].items():
+        bench, inside = entry.get("batched_bench"), entry.get("in_process", entry.get("step_split"))
+        if not bench or not inside:
+            continue
+        top = max(entry["servers"]["llmflow"], key=int)
+        served = entry["servers"]["llmflow"][top]["output_tok_s"]
+        whole = next(r for r in bench["streams"]["rows"] if r["pl"] == int(top))
+        whole_rate = whole["pl"] * whole["tg"] / (whole["t_pp"] + whole["t_tg"])
+        rows.append(
+            [label, num(bench["streams"]["decode_tok_s"][top]), num(bench["unified"]["decode_tok_s"][top]),
+             num(whole_rate), num(served / whole_rate, 2), num(inside["generated_tok_s"]),
+             f"**{num(served / inside['generated_tok_s'], 2)}**"]
+        )  # fmt: skip
+    if not rows:
+        return ""
+    header = ["model", "batched-bench decode tok/s", "the same, one KV pool (`-kvu`)",
+              "batched-bench tok/s over prefill + decode", "`llmflow` / that", "engine in process tok/s",
+              "serving factor: `llmflow` / in process"]  # fmt: skip
+    return (
+        f"\nAt {top} streams: llama-batched-bench's decode with a KV stream per sequence and with one "
+        "pool, its generated tokens over prefill and decode together, and one wave of the same "
+        "generations on the "
+        "engine in this process (no HTTP):\n\n" + table(header, rows)
+    )
+
+
+# -- the parts of the documents -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Part:
+    file: str  # the result file's stem
+    render: Callable[[Result], str]
+    rerun: str = ""  # the command that writes it again, where it is not `python -m benchmarks run FILE`
+    inline: bool = False  # inside a sentence: no lines of its own, the file named after it
 
 
 def readme_batching(d: Result) -> str:
-    parts = []
-    for quant, q in d["summary"].items():
-        parts.append(
-            f"{quant}: {med(q.get('engine_8_over_1'), 2)}x on the batching engine, "
-            f"{med(q.get('raw_8_over_1'), 2)}x for raw `llama_decode`"
+    return "8 streams against 1: " + ", ".join(
+        f"{quant} {med(q['engine_8_over_1'], 2)}x" for quant, q in d["summary"].items()
+    )
+
+
+def readme_gpu(d: Result) -> str:
+    """llmflow serve over llama-server at the top concurrency, per model."""
+    ratios = []
+    for label, entry in d["models"].items():
+        ours, theirs = entry["servers"]["llmflow"], entry["servers"]["llama-server"]
+        top = max(ours, key=int)
+        ratios.append(
+            f"{label} {num(ours[top]['output_tok_s'] / theirs[top]['output_tok_s'], 2)}x at {top} streams"
         )
-    return "8 streams against 1 (" + "; ".join(parts) + ")"
+    return ", ".join(ratios)
 
 
-def readme_tracing(d: Result) -> str:
-    return f"about {med(d['summary']['wrapper_us_per_chunk']['traced'], 1)} µs per chunk"
+def sessions_identity(d: Result) -> str:
+    same = d["summary"]["greedy_identity"]
+    return f"{same['identical']} of {same['answers']} greedy answers identical with the cache on and off"
 
 
-INLINE: dict[str, tuple[str, Callable[[Result], str]]] = {
-    "readme-batching": ("batching", readme_batching),
-    "readme-tracing": ("tracing", readme_tracing),
-}
+GPU_RUN = "on the GPU machine, `benchmarks/gpu/run_h200.sh {}`"
+PARTS: dict[str, Part] = {
+    **{name: Part(name, render) for name, render in {
+        "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load,
+        "http": http, "batching": batching, "constraints": constraints, "peers": peers,
+        "speculation": speculation,
+        "sessions": sessions, "soak": checks, "load": checks,
+    }.items()},
+    "gpu-sessions": Part("sessions_h200", sessions, GPU_RUN.format("sessions")),
+    "gpu-llama-cpp": Part("llama_cpp_gpu_h200_run12", gpu_servers, GPU_RUN.format("bench")),
+    "gpu-llama-cpp-switch": Part("llama_cpp_gpu_h200_run11", gpu_servers, GPU_RUN.format("bench")),
+    "readme-batching": Part("batching", readme_batching, inline=True),
+    "readme-tracing": Part(
+        "tracing",
+        lambda d: f"about {med(d['summary']['wrapper_us_per_chunk']['traced'], 1)} µs per chunk",
+        inline=True,
+    ),
+    "readme-engine": Part("engine", lambda d: med(d["summary"]["tokens_per_s_ratio"], 2), inline=True),
+    "readme-http": Part(
+        "http", lambda d: med(d["summary"]["ratios"]["http_over_in_process_tok_s"], 2), inline=True
+    ),
+    "readme-gpu": Part("llama_cpp_gpu_h200_run12", readme_gpu, GPU_RUN.format("bench"), inline=True),
+    "sessions-identity": Part("sessions", sessions_identity, inline=True),
+}  # fmt: skip
 
 
-def section(name: str, results: Path) -> str:
-    if name in INLINE:
-        source, render = INLINE[name]
-        document, path = load(results, source)
-        if document is None:
-            return f"(not measured yet: `python -m benchmarks run {source}`)"
-        smoke = "; a smoke run on a busy machine, not to quote" if document["quick"] else ""
-        return f"{render(document)} (`{path}`{smoke})"
-    if name in GPU_PARTS:
-        return gpu_section(name, results)
-    if name not in RENDERERS:
+def load(results: Path, name: str) -> tuple[Result | None, str]:
+    """A result and its path as the documents show it (a smoke run's when there is no full one)."""
+    for path in (results / f"{name}.json", results / "quick" / f"{name}.json"):
+        if path.is_file():
+            shown = f"benchmarks/results/{path.relative_to(results).as_posix()}"
+            return json.loads(path.read_text(encoding="utf-8")), shown
+    return None, f"benchmarks/results/{name}.json"
+
+
+def provenance(d: Result, path: str, part: Part) -> str:
+    """The line under every table: where the numbers come from, and how busy the machine was."""
+    commit = d["commit"] if isinstance(d["commit"], dict) else {"sha": d["commit"]}
+    sha = commit.get("sha") or "unknown"
+    sha = (sha[:10] if re.fullmatch(r"[0-9a-f]{40}", sha) else sha) + (
+        " + changes" if commit.get("dirty") else ""
+    )
+    machine = d["machine"]
+    rerun = (
+        part.rerun or f"`python -m benchmarks run {Path(path).stem}{' --quick' if d.get('quick') else ''}`"
+    )
+    if "cpu_model" in machine:
+        where = f"{machine['cpu_model']}, {machine['usable_cores']} usable cores"
+        load = f"{num(machine.get('load_1m_start'), 2)} → {num(machine.get('load_1m_end'), 2)}"
+        where += f"; 1-minute load average {load}" if machine.get("load_1m_start") is not None else ""
+    else:
+        where = f"{machine['gpu'].split(',')[0]}, {machine['cpus']} CPU cores"
+    line = (
+        f"Result `{path}`, written by `{d['command']}` (re-run: {rerun}) at commit `{sha}`"
+        f"{' on ' + d['started_at'][:10] if 'started_at' in d else ''}; {where}."
+        + "".join(f" {note}." for note in d.get("notes", []))
+    )
+    if d.get("quick"):
+        line = "**Smoke run (`--quick`): few rounds, short answers; not a measurement to quote.** " + line
+    return line + "\n"
+
+
+def section(name: str, results: Path = RESULTS) -> str:
+    if name not in PARTS:
         raise SystemExit(f"no renderer for the generated part {name!r}")
-    document, path = load(results, name)
-    if document is None:
-        return missing(name)
-    return RENDERERS[name](document) + "\n" + provenance(document, path)
+    part = PARTS[name]
+    d, path = load(results, part.file)
+    if d is None:
+        how = part.rerun or f"`python -m benchmarks run {part.file}`"
+        return f"(not measured yet: {how})" if part.inline else f"No result yet: {how} writes `{path}`.\n"
+    if part.inline:
+        return f"{part.render(d)} (`{path}`{'; a smoke run, not to quote' if d.get('quick') else ''})"
+    return part.render(d) + "\n" + provenance(d, path, part)
 
 
-def render_text(text: str, results: Path) -> str:
+def render_text(text: str, results: Path = RESULTS) -> str:
     def replace(match: re.Match[str]) -> str:
         name = match.group(2)
-        body = section(name, results)
-        if name in INLINE:  # inline: no new lines of its own
-            return f"{match.group(1).rstrip()}{body}{match.group(4)}"
-        return f"{match.group(1)}{body}{match.group(4)}"
+        if PARTS.get(name, Part("", str)).inline:
+            return f"{match.group(1).rstrip()}{section(name, results)}{match.group(4)}"
+        return f"{match.group(1)}{section(name, results)}{match.group(4)}"
 
     return MARKER.sub(replace, text)
 
 
-def render_all(results: Path, write: bool = True) -> list[str]:
+def render_all(results: Path = RESULTS, write: bool = True) -> list[str]:
     """Rewrite every generated part; return the documents that changed."""
-    assert set(RENDERERS) <= set(BY_NAME)
     changed = []
     for path in DOCUMENTS:
         text = path.read_text(encoding="utf-8")
         new = render_text(text, results)
         if new != text:
-            changed.append(path.name)
+            changed.append(path.relative_to(REPO).as_posix())
             if write:
                 path.write_text(new, encoding="utf-8")
     return changed

@@ -32,12 +32,8 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
 
 def server_args(args: argparse.Namespace, max_queue: int) -> list[str]:
     """`llmflow serve` arguments for the options of `add_server_arguments`."""
-    return [
-        "--max-queue",
-        str(max_queue),
-        *([args.model] if args.model else []),
-        *(["--engine", args.engine] if args.engine else []),
-    ]
+    model, engine = [args.model] if args.model else [], ["--engine", args.engine] if args.engine else []
+    return ["--max-queue", str(max_queue), *model, *engine]
 
 
 def report(document: dict, out: Path | None, recording: Recording, config: dict) -> None:

@@ -3,21 +3,27 @@ which answer they belong to.
 
 The engine gives one token iterator per choice (`Engine.generate_group`: a batching engine
 computes the prompt once and shares its KV cache); each runs through the streaming core on its
-own. A batching engine's choices are read at once, each in a thread of its own; an engine that
-decodes one at a time answers them in turn.
+own. A batching engine's choices are read at once: where its token streams say which has tokens
+waiting (`ready`, the llama.cpp scheduler's), in turn as their tokens arrive, in the reader's
+thread; otherwise each in a thread of its own. An engine that decodes one at a time answers them
+in turn.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from llmflow.llm import LLM, PreparedRequest
 from llmflow.params import SamplingParams
 from llmflow.types import CancelToken, Chunk, PromptReuse, Usage
+
+if TYPE_CHECKING:
+    from llmflow.llm import LLM, PreparedRequest
+
+T = TypeVar("T")
 
 SEED_SPACE = 2**32
 
@@ -62,7 +68,8 @@ def stream_choices(
         ]
         if split is not None:
             chunks = [split(stream) for stream in chunks]
-        merged = _concurrently(chunks, cancel) if llm.engine.concurrent else _in_turn(chunks)
+        labelled = [_labelled(i, stream) for i, stream in enumerate(chunks)]
+        merged = merged_streams(labelled, cancel, concurrently=llm.engine.concurrent, sources=streams)
         try:
             yield from _with_total_usage(merged, n)
         finally:
@@ -87,29 +94,77 @@ def _with_total_usage(merged: Iterator[ChoiceChunk], n: int) -> Iterator[ChoiceC
         yield ChoiceChunk(item.index, Chunk("", final.finish_reason, usage))
 
 
-def _in_turn(chunks: list[Iterator[Any]]) -> Iterator[ChoiceChunk]:
-    for index, stream in enumerate(chunks):
-        for chunk in stream:
+def _labelled(index: int, chunks: Iterator[Any]) -> Iterator[ChoiceChunk]:
+    try:
+        for chunk in chunks:
             yield ChoiceChunk(index, chunk)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
-def _concurrently(chunks: list[Iterator[Any]], cancel: CancelToken) -> Iterator[ChoiceChunk]:
-    """Each choice read in a thread of its own; their chunks in the order they come. Closing
+def merged_streams(
+    streams: list[Iterator[T]],
+    cancel: CancelToken,
+    *,
+    concurrently: bool,
+    sources: Sequence[Iterator[int]] = (),
+) -> Iterator[T]:
+    """The items of every choice's stream: read at once, in the order they come, on an engine
+    that decodes choices together (`concurrently`); one stream after the other otherwise.
+    `sources`: the choices' token iterators, which may tell whether their tokens have arrived."""
+    if not concurrently:
+        return _in_turn(streams)
+    if sources and all(hasattr(source, "ready") for source in sources):
+        return _as_they_arrive(streams, sources, cancel)
+    return _concurrently(streams, cancel)
+
+
+def _in_turn(streams: list[Iterator[T]]) -> Iterator[T]:
+    for stream in streams:
+        yield from stream
+
+
+def _as_they_arrive(streams: list[Iterator[T]], sources: Sequence[Any], cancel: CancelToken) -> Iterator[T]:
+    """One item at a time from a choice whose tokens have arrived (`source.ready`), the others'
+    turn next; when none has, wait on the one whose turn it is (the engine gives every choice a
+    token each step, so none waits long). No thread: reading waits where a token stream does.
+    Closing this before every choice has ended stops them all (through `cancel`)."""
+    live = list(zip(streams, sources, strict=True))
+    try:
+        while live:
+            turn = next((k for k, (_, source) in enumerate(live) if source.ready), 0)
+            stream = live[turn][0]
+            try:
+                item = next(stream)
+            except StopIteration:
+                del live[turn]
+                continue
+            live.append(live.pop(turn))
+            yield item
+    finally:
+        if live:
+            cancel.cancel()
+
+
+def _concurrently(streams: list[Iterator[T]], cancel: CancelToken) -> Iterator[T]:
+    """Each choice read in a thread of its own; their items in the order they come. Closing
     this stops them all (through `cancel`) and waits for the threads."""
-    out: queue.SimpleQueue[ChoiceChunk | BaseException | None] = queue.SimpleQueue()
+    out: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
-    def read(index: int, stream: Iterator[Any]) -> None:
+    def read(stream: Iterator[T]) -> None:
         try:
-            for chunk in stream:
-                out.put(ChoiceChunk(index, chunk))
+            for item in stream:
+                out.put(item)
         except BaseException as exc:
             out.put(exc)
         finally:
             out.put(None)
 
     threads = [
-        threading.Thread(target=read, args=(i, s), name=f"llmflow-choice-{i}", daemon=True)
-        for i, s in enumerate(chunks)
+        threading.Thread(target=read, args=(s,), name=f"llmflow-choice-{i}", daemon=True)
+        for i, s in enumerate(streams)
     ]
     for thread in threads:
         thread.start()

@@ -72,6 +72,24 @@ class InvalidConstraint(InvalidRequest):
         super().__init__([FieldProblem(field, f"cannot be used as an output constraint: {reason}")])
 
 
+class PromptNotFound(InvalidRequest):
+    """A reference to MLflow's prompt registry (`prompts:/NAME@ALIAS`) that it cannot answer: no
+    such prompt, version or alias, or a malformed reference; `field` names where it was given."""
+
+    code = "prompt_not_found"
+
+    def __init__(self, field: str, reference: str, reason: str):
+        self.reference = reference
+        self.reason = reason
+        super().__init__(
+            [
+                FieldProblem(
+                    field, f"the prompt {reference!r} cannot be read from MLflow's prompt registry: {reason}"
+                )
+            ]
+        )
+
+
 class ContextLengthExceeded(LlmflowError):
     code = "context_length_exceeded"
     param = "messages"
@@ -111,6 +129,29 @@ class UnknownModel(ModelNotFound):
         super().__init__(f"the model {name!r} is not served here; this server serves {serves}")
 
 
+class UnknownAdapter(ModelNotFound):
+    """A request for a LoRA adapter the model has not loaded (`lora`, or `model` as BASE:ADAPTER)."""
+
+    param = "lora"
+
+    def __init__(self, name: str, loaded: list[str]):
+        self.name = name
+        self.loaded = loaded
+        have = ", ".join(repr(n) for n in loaded) or "none"
+        super().__init__(f"no LoRA adapter {name!r} is loaded on this model (loaded: {have})")
+
+
+class AdapterLoadFailed(InvalidRequest):
+    """A LoRA adapter file that could not be loaded: missing, or not an adapter of this model's shape."""
+
+    code = "adapter_load_failed"
+
+    def __init__(self, name: str, path: str, reason: str):
+        self.name = name
+        self.path = path
+        super().__init__([FieldProblem("lora", f"the adapter {name!r} ({path}) cannot be loaded: {reason}")])
+
+
 class ResponseNotFound(LlmflowError):
     """A kept response asked for (`previous_response_id`, a path's `response_id`) that the server
     does not have: never kept (`store: false`), deleted, or dropped from its bounded store."""
@@ -124,6 +165,76 @@ class ResponseNotFound(LlmflowError):
             f"{param}: no response {response_id!r} is kept here (never stored, deleted, or dropped "
             "from the server's bounded response store)"
         )
+
+
+class HubNotFound(ModelNotFound):
+    """A model named on the Hugging Face Hub (`hf://...`) whose repo, revision or file is not
+    there; `available` lists what is, when that helps (the quantizations of a repo's GGUF files)."""
+
+    def __init__(self, reference: str, message: str, available: list[str] | None = None):
+        self.reference = reference
+        self.available = available or []
+        listed = f" (available: {', '.join(self.available)})" if self.available else ""
+        super().__init__(f"{reference}: {message}{listed}")
+
+
+class HubAccessDenied(LlmflowError):
+    """A gated or private Hub repo refused the download: no token, or one without access."""
+
+    code = "hub_access_denied"
+
+    def __init__(self, reference: str, repo_id: str, token_given: bool):
+        self.reference = reference
+        self.token_given = token_given
+        why = (
+            "the token in HF_TOKEN has no access to it: accept its terms on the Hub with that account"
+            if token_given
+            else "it is gated or private: set HF_TOKEN to a token of an account that has access"
+        )
+        super().__init__(f"{reference}: the Hub refused to download {repo_id}: {why}")
+
+
+class HubUnavailable(LlmflowError):
+    """A Hub model that is not in the local cache while the Hub cannot be asked: offline mode
+    (`HF_HUB_OFFLINE=1`), or the Hub unreachable."""
+
+    code = "hub_unavailable"
+
+    def __init__(self, reference: str, reason: str):
+        self.reference = reference
+        self.reason = reason
+        super().__init__(f"{reference} is not in the local Hugging Face cache and {reason}")
+
+
+class DownloadFailed(LlmflowError):
+    """A Hub file that did not arrive whole and right: cut short, or its checksum differs from
+    the Hub's (the file is then removed from the cache, never used)."""
+
+    code = "download_failed"
+
+    def __init__(self, reference: str, path: str, reason: str):
+        self.reference = reference
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{reference}: downloading {path} failed: {reason}")
+
+
+class DiskFull(LlmflowError):
+    """Not enough free disk space for a download: `needed` bytes where `free` are left (None when
+    the disk filled up during the download)."""
+
+    code = "disk_full"
+
+    def __init__(self, reference: str, directory: str, needed: int | None = None, free: int | None = None):
+        self.reference = reference
+        self.directory = directory
+        self.needed = needed
+        self.free = free
+        if needed is None or free is None:
+            why = "the disk filled up during the download"
+        else:
+            why = f"the download needs {needed / 1e9:.2f} GB, {free / 1e9:.2f} GB are free"
+        super().__init__(f"{reference}: not enough disk space in {directory!r}: {why}")
 
 
 class ModelTooLarge(LlmflowError):

@@ -21,10 +21,19 @@ from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines import guess_engine, load_engine
 from llmflow.engines.base import Engine
 from llmflow.errors import ContextLengthExceeded, InvalidParams, InvalidRequest
+from llmflow.generation import Generation, GenerationRequest
 from llmflow.load_spec import LoadSpec
 from llmflow.model_files import resolve_model_path
+from llmflow.observability.timings import RequestTimings
 from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate, PromptFormat, parse_messages, prompt_format_of, with_system_prompt
+from llmflow.registry_prompts import (
+    LivePrompt,
+    RegistryPrompt,
+    is_reference,
+    read_prompt,
+    system_prompt_source,
+)
 from llmflow.streaming import stream_chunks
 from llmflow.streaming.reasoning import ReasoningSplitter, opens_thinking
 from llmflow.types import CancelToken, Chunk, Completion, Message, PromptReuse, TokenLogprob, current_cancel
@@ -47,6 +56,8 @@ class PreparedRequest:
     thinking: bool | None = None
     #: what the answer must be (compiled), or None
     constraint: CompiledConstraint | None = None
+    #: the registry prompt version the system prompt was read from, or None
+    prompt: RegistryPrompt | None = None
 
 
 class LLM:
@@ -57,14 +68,15 @@ class LLM:
         engine: Engine,
         prompt_format: PromptFormat | None = None,
         default_params: SamplingParams | None = None,
-        system_prompt: str | None = None,
+        system_prompt: str | RegistryPrompt | LivePrompt | None = None,
     ):
         self.engine = engine
         self.prompt_format = prompt_format or prompt_format_of(engine.template_text())
         if isinstance(self.prompt_format, ChatTemplate):
             self.prompt_format.validate()  # a broken template fails now, not at the first request
         self.default_params = default_params or SamplingParams()
-        self.system_prompt = system_prompt
+        #: the default system prompt: text, or a registry prompt (kept current when live)
+        self.system_source = system_prompt
         self._lock = nullcontext() if engine.concurrent else threading.Lock()
         self._compiler: ConstraintCompiler | None = None
         self._compiler_lock = threading.Lock()
@@ -84,14 +96,45 @@ class LLM:
         generations will come from several threads at once, so when the spec names no engine,
         pick one that decodes them together (for a GGUF file, `llama_cpp_batched`)."""
         path = resolve_model_path(model)
+        if is_reference(spec.chat_template):  # read from the registry before any weights
+            assert spec.chat_template is not None
+            template = read_prompt(spec.chat_template, "chat_template").text
+            spec = spec.model_copy(update={"chat_template": template})
+        system = system_prompt_source(spec.system_prompt, spec.prompt_refresh_s)
         name = spec.engine or guess_engine(path, concurrent=concurrent)
-        engine = load_engine(name, path, spec.engine_options_for(name))
+        try:
+            engine = load_engine(name, path, spec.engine_options_for(name))
+        except BaseException:
+            _close_source(system)
+            raise
         try:
             prompt_format = spec.prompt_format(engine.template_text())
         except BaseException:
             engine.close()
+            _close_source(system)
             raise
-        return cls(engine, prompt_format, spec.sampling_params, spec.system_prompt)
+        return cls(engine, prompt_format, spec.sampling_params, system)
+
+    @property
+    def system_prompt(self) -> str | None:
+        """The default system prompt as given: its text, or the registry reference it was read from."""
+        source = self.system_source
+        if isinstance(source, LivePrompt):
+            return source.reference
+        return source.reference if isinstance(source, RegistryPrompt) else source
+
+    def system_prompt_for(self, given: str | None) -> tuple[str | None, RegistryPrompt | None]:
+        """The system prompt's text for a request that gives `given` (None: the model's default),
+        and the registry version it was read from; a request's own reference is read now
+        (`PromptNotFound` naming `system_prompt` when it is not there)."""
+        source = self.system_source if given is None else given
+        if isinstance(source, LivePrompt):
+            source = source.current
+        elif isinstance(source, str) and is_reference(source):
+            source = read_prompt(source, "system_prompt")
+        if isinstance(source, RegistryPrompt):
+            return source.text, source
+        return source, None
 
     @property
     def model_name(self) -> str:
@@ -108,14 +151,23 @@ class LLM:
     ) -> str:
         """The prompt text the model will continue; `template_vars` and `tools` (OpenAI's
         function tool objects) reach a chat template."""
+        system = None if raw else self.system_prompt_for(system_prompt)[0]
+        return self._render(prompt, system, raw, template_vars, tools)
+
+    def _render(
+        self,
+        prompt: PromptInput,
+        system_prompt: str | None,
+        raw: bool,
+        template_vars: Mapping[str, Any] | None,
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> str:
         if raw:
             if not isinstance(prompt, str):
                 raise InvalidRequest.single("prompt", "a raw completion needs a string prompt")
             return prompt
         messages = [Message("user", prompt)] if isinstance(prompt, str) else parse_messages(prompt)
-        messages = with_system_prompt(
-            messages, system_prompt if system_prompt is not None else self.system_prompt
-        )
+        messages = with_system_prompt(messages, system_prompt)
         if template_vars and isinstance(self.prompt_format, ChatTemplate):
             return self.prompt_format.render(messages, tools=tools, variables=template_vars)
         return self.prompt_format.render(messages, tools=tools)
@@ -140,17 +192,18 @@ class LLM:
         merged = params if isinstance(params, SamplingParams) else self.default_params.merged(params)
         if merged.logprobs is not None and not self.engine.scores_tokens:
             raise InvalidParams.single("logprobs", f"the {self.engine.name} engine does not return logprobs")
+        if merged.lora is not None:
+            self.engine.check_adapter(merged.lora)  # an adapter not loaded: refused before any token
         compiled = self.compile(constraint) if constraint is not None else None
-        text = self.render(
-            prompt, system_prompt=system_prompt, raw=raw, template_vars=template_vars, tools=tools
-        )
+        system, source = (None, None) if raw else self.system_prompt_for(system_prompt)
+        text = self._render(prompt, system, raw, template_vars, tools)
         prompt_ids = self.engine.tokenize(text)
         if len(prompt_ids) >= self.engine.n_ctx:
             raise ContextLengthExceeded(len(prompt_ids), self.engine.n_ctx)
         if not prompt_ids:
             raise InvalidRequest.single("prompt", "the prompt is empty")
         thinking = opens_thinking(text) if reasoning_format == "parsed" and not raw else None
-        return PreparedRequest(prompt_ids, merged, thinking, compiled)
+        return PreparedRequest(prompt_ids, merged, thinking, compiled, source)
 
     def compile(self, constraint: Constraint) -> CompiledConstraint:
         """The constraint compiled for this model (cached per constraint)."""
@@ -209,6 +262,17 @@ class LLM:
             reuse = PromptReuse()
             tokens = self.engine.generate(request.prompt_ids, request.params, cancel, matcher, reuse)
             yield from self.chunks_of(tokens, request, cancel, reuse=reuse)
+
+    def start(
+        self,
+        request: GenerationRequest,
+        cancel: CancelToken | None = None,
+        timings: RequestTimings | None = None,
+    ) -> Generation:
+        """The typed events of `request`'s generation (see `llmflow.generation`), ending with its
+        record; `timings`: the request's clock readings, which the record carries."""
+        cancel = cancel or current_cancel.get() or CancelToken()
+        return Generation(self, request, cancel, timings or RequestTimings())
 
     def exclusive(self) -> AbstractContextManager[Any]:
         """Held while a generation runs: a lock for an engine that decodes one at a time."""
@@ -276,7 +340,13 @@ class LLM:
         return self.engine.detokenize(token_ids)
 
     def close(self) -> None:
+        _close_source(self.system_source)
         self.engine.close()
+
+
+def _close_source(source: object) -> None:
+    if isinstance(source, LivePrompt):
+        source.close()
 
 
 def check_token_ids(token_ids: Sequence[int], n_vocab: int, field: str) -> None:

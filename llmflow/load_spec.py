@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from llmflow.errors import FieldProblem, InvalidParams
 from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.prompts import ChatTemplate, PromptFormat, PromptMap, prompt_format_of
+from llmflow.registry_prompts import DEFAULT_REFRESH_S, is_reference
 from llmflow.types import TemplateText
 
 SpecT = TypeVar("SpecT", bound="LoadSpec")
@@ -36,12 +37,19 @@ class LoadSpec(BaseModel):
         None, ge=1, description="CPU threads, as the engine's thread option unless engine_options set it"
     )
     parallel: int | None = Field(None, ge=1, description="generations a batching engine decodes together")
-    chat_template: str | None = Field(None, description="None = the template in the model's files")
+    chat_template: str | None = Field(
+        None, description="None = the template in the model's files; or a registry prompt (prompts:/...)"
+    )
     prompt_map: dict[str, str] | None = Field(None, description="seed-style per-role templates")
     pre_prompt: str = ""
     post_prompt: str = ""
     default_params: dict[str, Any] = Field(default_factory=dict)
-    system_prompt: str | None = None
+    system_prompt: str | None = Field(
+        None, description="the text, or a registry prompt: prompts:/NAME@ALIAS, prompts:/NAME/VERSION"
+    )
+    prompt_refresh_s: float = Field(
+        DEFAULT_REFRESH_S, gt=0, le=86400, description="seconds between re-reads of a registry alias"
+    )
 
     @field_validator("engine_options", mode="before")
     @classmethod
@@ -58,8 +66,8 @@ class LoadSpec(BaseModel):
         """A broken chat template or prompt map fails here, before any weights are read."""
         if self.prompt_map is not None:
             PromptMap(self.prompt_map, self.pre_prompt, self.post_prompt)
-        if self.chat_template is not None:
-            ChatTemplate(self.chat_template).validate()
+        if self.chat_template is not None and not is_reference(self.chat_template):
+            ChatTemplate(self.chat_template).validate()  # a registry template is checked once read
         return self
 
     @classmethod

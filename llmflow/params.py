@@ -39,6 +39,15 @@ class SamplingParams(BaseModel):
         description="with each token, its logprob and this many most likely tokens' (the model's "
         "distribution, before penalties, temperature and filters); None = off",
     )
+    lora: str | None = Field(
+        None, min_length=1, description="a loaded LoRA adapter's name; None = the base model"
+    )
+    lora_scale: float = Field(1.0, ge=0.0, le=8.0, description="the adapter's weight; 0 = the base model")
+    speculative: bool = Field(
+        True,
+        description="let an engine that speculates (prompt lookup) verify drafted tokens in the "
+        "same pass; the same tokens either way, false opts out",
+    )
 
     @field_validator("stop", mode="before")
     @classmethod

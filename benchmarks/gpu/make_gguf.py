@@ -125,20 +125,13 @@ def make_model(args: argparse.Namespace) -> None:
     hf_dir = args.out / f"{args.shape}-hf"
     f16 = args.out / f"{args.shape}-f16.gguf"
     started = time.perf_counter()
-    random_hf_model(
-        args.shape,
-        vocab_size,
-        values["tokenizer.ggml.bos_token_id"],
-        values["tokenizer.ggml.eos_token_id"],
-        hf_dir,
-        args.seed,
-    )
+    bos, eos = values["tokenizer.ggml.bos_token_id"], values["tokenizer.ggml.eos_token_id"]
+    random_hf_model(args.shape, vocab_size, bos, eos, hf_dir, args.seed)
     timings["random_init_and_save_s"] = time.perf_counter() - started
     started = time.perf_counter()
     convert(args.llama_cpp_src, hf_dir, tokenizer, f16)
     timings["convert_f16_s"] = time.perf_counter() - started
-    if not args.keep_hf:
-        subprocess.run(["rm", "-rf", str(hf_dir)], check=True)
+    subprocess.run(["rm", "-rf", str(hf_dir)], check=True)
     for quant in args.types:
         started = time.perf_counter()
         target = args.out / f"{args.shape}-{quant}.gguf"
@@ -162,7 +155,6 @@ def main() -> None:
     model.add_argument("--quantize-with", type=Path, help="the llama-quantize binary")
     model.add_argument("--types", nargs="*", default=[], help="quantization types, e.g. Q4_K_M")
     model.add_argument("--seed", type=int, default=0)
-    model.add_argument("--keep-hf", action="store_true", help="keep the Hugging Face directory")
     args = parser.parse_args()
     if args.step == "tokenizer":
         extract_tokenizer(args.llama_cpp_src, args.out, args.source)

@@ -11,8 +11,6 @@
 #   run_h200.sh bench WORK OUT.json [ARGS...]  # benchmarks/gpu/bench_llama_cpp_gpu.py
 #   run_h200.sh sessions WORK OUT.json [ARGS...]  # benchmarks/bench_sessions.py --peers-only on the
 #                                        # 8B shape's Q4_K_M against llama-server
-#   run_h200.sh hf-dir TOKENIZER_DIR WORK # the 8B shape's Hugging Face directory (kept by models) with
-#                                        # a tokenizer's files: --reference-transformers WORK/models/llama3-8b-hf
 #   run_h200.sh engines WHEELS WORK LOGDIR  # the transformers and ExLlamaV2 engines' GPU tests (their
 #                                        # conformance, structured output, logprobs); needs no build
 #
@@ -44,7 +42,7 @@ case $1 in
         python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape smollm2-135m \
             --quantize-with "$work/bin/llama-quantize" --types Q4_1
         python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape llama3-8b \
-            --quantize-with "$work/bin/llama-quantize" --types Q4_K_M --keep-hf
+            --quantize-with "$work/bin/llama-quantize" --types Q4_K_M
         ls -la "$work/models"
         ;;
     conformance)
@@ -60,12 +58,6 @@ case $1 in
             --junitxml "$logs/conformance.xml" 2>&1 | tee "$logs/conformance.log"
         python3 -m pytest tests/engines/test_llama_cpp_options.py tests/engines/test_scheduler.py -q \
             -p no:cacheprovider 2>&1 | tail -n 3 | tee -a "$logs/conformance.log"
-        ;;
-    hf-dir)
-        tokenizer_dir=$2 work=$3
-        cp "$tokenizer_dir"/tokenizer.json "$tokenizer_dir"/tokenizer_config.json "$work/models/llama3-8b-hf/"
-        cp "$tokenizer_dir"/*.jinja "$work/models/llama3-8b-hf/" 2>/dev/null || true
-        ls "$work/models/llama3-8b-hf"
         ;;
     wheels)
         python3 -m pip install --quiet --no-deps --no-index --no-compile --upgrade --target "$3/site" "$2"/*.whl
@@ -99,7 +91,7 @@ case $1 in
             --llama-server "$work/bin/llama-server" --llama-server-args "-ngl 999" --out "$out" "$@"
         ;;
     *)
-        sed -n '2,19p' "$0" >&2
+        sed -n '2,17p' "$0" >&2
         exit 2
         ;;
 esac

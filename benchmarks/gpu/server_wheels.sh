@@ -11,7 +11,7 @@ PACKAGES=(
     fastapi starlette pydantic pydantic-core annotated-types typing-inspection uvicorn httptools
     diskcache mlflow-skinny mlflow-tracing databricks-sdk opentelemetry-api opentelemetry-sdk
     opentelemetry-proto opentelemetry-semantic-conventions cachetools sqlparse python-multipart
-    importlib-metadata google-auth pyasn1-modules pyasn1 python-dotenv
+    importlib-metadata google-auth pyasn1-modules pyasn1 python-dotenv greenlet
 )
 pinned=()
 for name in "${PACKAGES[@]}"; do

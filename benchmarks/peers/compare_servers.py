@@ -146,29 +146,8 @@ def shared_prefix_dataset(path: Path, requests: int, system_words: int, seed: in
     every round, as a deployed system prompt stays) and asks a question of its own (new in each
     round, so that no server answers a repeated prompt from its cache)."""
     rng = random.Random(f"{seed}:system")
-    words = [
-        "the",
-        "of",
-        "and",
-        "to",
-        "in",
-        "is",
-        "was",
-        "for",
-        "on",
-        "that",
-        "with",
-        "as",
-        "by",
-        "at",
-        "from",
-        "his",
-        "her",
-        "it",
-        "an",
-        "be",
-        "this",
-    ]
+    words = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
+             "from", "his", "her", "it", "an", "be", "this"]  # fmt: skip
     system = "You answer questions about this text.\n" + " ".join(rng.choices(words, k=system_words))
     questions = [
         f"Question {i}, round {round_ + 1}: write a long story about the number {1000 * round_ + i * 7 + 3}."

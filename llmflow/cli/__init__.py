@@ -17,10 +17,13 @@ app = typer.Typer(
 @app.callback()
 def main() -> None:
     """Run a local LLM as an MLflow model that streams."""
+    from llmflow.cli.common import show_hub_progress
+
+    show_hub_progress()
 
 
 def _register_commands() -> None:
-    from llmflow.cli import batch, bench, chat, generate, log, serve
+    from llmflow.cli import batch, bench, chat, generate, log, models, pull, serve
 
     generate.register(app)
     bench.register(app)
@@ -28,6 +31,8 @@ def _register_commands() -> None:
     chat.register(app)
     serve.register(app)
     batch.register(app)
+    pull.register(app)
+    models.register(app)
 
 
 _register_commands()

@@ -19,7 +19,8 @@ def batch(
     model: Annotated[
         str,
         typer.Argument(
-            metavar="MODEL", help="a model URI (runs:/..., models:/...), a saved model dir or a GGUF file"
+            metavar="MODEL",
+            help="a model URI (runs:/..., models:/...), a saved model dir, a GGUF file or hf://ORG/REPO[:QUANT]",
         ),
     ],
     input: Annotated[str, typer.Argument(metavar="INPUT", help="prompts: a .parquet, .csv or .jsonl file")],

@@ -28,7 +28,10 @@ HELP = "Ctrl-C stops an answer · /reset starts over · Ctrl-D or /exit quits"
 def chat(
     model: Annotated[
         str,
-        typer.Argument(help="a model URI (models:/..., runs:/...), an MLflow model directory or a GGUF file"),
+        typer.Argument(
+            help="a model URI (models:/..., runs:/...), an MLflow model directory, a GGUF file or "
+            "hf://ORG/REPO[:QUANT][@revision]"
+        ),
     ],
     system: Annotated[str | None, typer.Option(help="system prompt")] = None,
     max_tokens: Annotated[int, typer.Option(help="tokens to generate at most per answer")] = 512,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,3 +52,21 @@ def print_stream(
         sys.stdout.flush()
     sys.stdout.write("\n")
     return "".join(parts), finish, timings
+
+
+def show_hub_progress() -> None:
+    """Hub downloads report on stderr: huggingface_hub's bar on a terminal, and llmflow's lines
+    (which file, how far; the only progress where stderr is a log) whatever the command."""
+    logger = logging.getLogger("llmflow.hub")
+    if logger.handlers:
+        return
+    logger.addHandler(_StderrLines())
+    logger.setLevel(logging.INFO)
+
+
+class _StderrLines(logging.Handler):
+    """Each message as a line on the stderr of the moment (a test runner swaps it per command)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stderr.write(record.getMessage() + "\n")
+        sys.stderr.flush()

@@ -1,8 +1,7 @@
-"""`llmflow generate`: one streamed answer from a model file, straight to the terminal."""
+"""`llmflow generate`: one streamed answer from a model (a file or a Hub model), straight to the terminal."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,7 +12,12 @@ from llmflow.cli.common import exit_on_llmflow_error, print_stream
 def generate(
     prompt: Annotated[str, typer.Argument(help="what to ask")],
     model: Annotated[
-        Path | None, typer.Option(help="a GGUF file; default: the embedded SmolLM2-135M-Instruct")
+        str | None,
+        typer.Option(
+            help="a GGUF file, a model directory or hf://ORG/REPO[:QUANT]; default: the embedded "
+            "SmolLM2-135M-Instruct",
+            show_default=False,
+        ),
     ] = None,
     max_tokens: Annotated[int, typer.Option(help="tokens to generate at most")] = 256,
     temperature: Annotated[float, typer.Option(help="0 = greedy")] = 0.8,

@@ -13,8 +13,13 @@ from llmflow.cli.common import exit_on_llmflow_error
 
 def log(
     model: Annotated[
-        Path | None,
-        typer.Argument(help="a GGUF file or model directory; default: the embedded SmolLM2-135M-Instruct"),
+        str | None,
+        typer.Argument(
+            help="a GGUF file, a model directory or hf://ORG/REPO[:QUANT | /file.gguf][@revision] (its "
+            "repo, commit and checksums recorded in the model's metadata); default: the embedded "
+            "SmolLM2-135M-Instruct",
+            show_default=False,
+        ),
     ] = None,
     engine: Annotated[
         str | None, typer.Option(help="inference engine; default: from the model's files")
@@ -33,7 +38,14 @@ def log(
     engine_option: Annotated[
         list[str] | None, typer.Option(help="an engine load option, KEY=VALUE (repeatable)")
     ] = None,
-    system_prompt: Annotated[str | None, typer.Option(help="default system prompt")] = None,
+    system_prompt: Annotated[
+        str | None,
+        typer.Option(help="default system prompt: the text, or a registry prompt (prompts:/NAME@ALIAS)"),
+    ] = None,
+    lora: Annotated[
+        list[str] | None,
+        typer.Option(help="a LoRA adapter logged with the model, NAME=PATH to its GGUF file (repeatable)"),
+    ] = None,
     chat_template: Annotated[
         Path | None, typer.Option(help="a Jinja2 chat template file; default: the model's own")
     ] = None,
@@ -73,6 +85,8 @@ def log(
             "tracing": tracing,
             "interface": interface,
         }
+        if lora:
+            options["lora"] = _adapters(lora)
         if chat_template is not None:
             options["chat_template"] = chat_template.read_text(encoding="utf-8")
         model_source(model, **options)  # bad arguments fail before MLflow creates anything
@@ -101,6 +115,16 @@ def parse_assignments(values: list[str] | None, option: str) -> dict[str, Any]:
         except ValueError:
             parsed[key] = raw
     return parsed
+
+
+def _adapters(values: list[str]) -> dict[str, str]:
+    adapters: dict[str, str] = {}
+    for item in values:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise typer.BadParameter(f"expected NAME=PATH, got {item!r}", param_hint="--lora")
+        adapters[name] = path
+    return adapters
 
 
 def register(app: typer.Typer) -> None:

@@ -26,8 +26,10 @@ def serve(
     model: Annotated[
         list[str] | None,
         typer.Argument(
-            help="a model URI (models:/name/1, runs:/<id>/model), a local MLflow model directory, or a "
-            "GGUF file; several: each is served under its name; default: the embedded SmolLM2-135M-Instruct",
+            help="a model URI (models:/name/1, runs:/<id>/model), a local MLflow model directory, a GGUF "
+            "file, or a Hugging Face Hub model hf://ORG/REPO[:QUANT | /file.gguf][@revision] (downloaded "
+            "before the server starts); several: each is served under its name; default: the embedded "
+            "SmolLM2-135M-Instruct",
             show_default=False,
         ),
     ] = None,
@@ -163,6 +165,23 @@ def serve(
         str | None,
         typer.Option(help="the disk tier's budget, e.g. 10GiB (default 4GiB)", show_default=False),
     ] = None,
+    system_prompt: Annotated[
+        str | None,
+        typer.Option(
+            help="each model's default system prompt: the text, or a prompt of MLflow's prompt registry "
+            "(prompts:/NAME@ALIAS, prompts:/NAME/VERSION), read at load and re-read when the alias moves",
+            show_default=False,
+        ),
+    ] = None,
+    prompt_refresh: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1,
+            max=86400,
+            help="seconds between re-reads of a registry prompt's alias (default 30)",
+            show_default=False,
+        ),
+    ] = None,
     tracing: Annotated[
         bool | None,
         typer.Option(
@@ -294,8 +313,11 @@ def serve(
             },
             "parallel": parallel,
             "threads": threads,
+            "system_prompt": system_prompt,
+            "prompt_refresh_s": prompt_refresh,
         }
         configs = model_configs(model or [], config, model_name, defaults)
+        _download_hub_models(configs)
         ray_options = {
             "replicas": replicas,
             "autoscale": autoscale,
@@ -344,6 +366,14 @@ def model_configs(
         entries = [ModelConfig(model=ref, name=model_name, **defaults) for ref in (models or [None])]
     check_unique(entry.expected_name() for entry in entries)
     return entries
+
+
+def _download_hub_models(configs: list[ModelConfig]) -> None:
+    """Hub models are downloaded now, before the port is bound (and before --lazy defers any
+    load), saying so: a first download can take long, and a server should not look up and dead."""
+    from llmflow.cli.pull import download_all
+
+    download_all((entry.model for entry in configs), lambda line: typer.secho(line, err=True))
 
 
 def _with_defaults(entry: ModelConfig, defaults: dict[str, Any]) -> ModelConfig:

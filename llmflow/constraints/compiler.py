@@ -1,5 +1,5 @@
-"""Constraints compiled against one model's vocabulary with llguidance (see README, "Structured
-output", for why this library): one `ConstraintCompiler` per loaded engine, a cache of compiled
+"""Constraints compiled against one model's vocabulary with llguidance (see docs/structured-output.md
+for why this library): one `ConstraintCompiler` per loaded engine, a cache of compiled
 constraints, and a fresh `TokenMatcher` per generation."""
 
 from __future__ import annotations
@@ -42,11 +42,14 @@ class ConstraintCompiler:
     """Compiles constraints for one vocabulary; thread-safe. The llguidance tokenizer is built at
     the first constrained request, so unconstrained use costs nothing."""
 
-    def __init__(self, vocabulary: TokenVocabulary, cache_size: int = CACHE_SIZE):
+    def __init__(self, vocabulary: TokenVocabulary, cache_size: int = CACHE_SIZE, *, tokenizer: Any = None):
+        """`tokenizer`: llguidance's tokenizer of this vocabulary (`lltokenizer`), when one is built
+        already; shared by compilers of one vocabulary, it is built once (benchmarks time a cold
+        compile so, without the tokenizer's build)."""
         self.vocabulary = vocabulary
         self._cache_size = cache_size
         self._lock = threading.Lock()
-        self._tokenizer: Any = None
+        self._tokenizer: Any = tokenizer
         self._cache: OrderedDict[Constraint, CompiledConstraint] = OrderedDict()
 
     def compile(self, constraint: Constraint) -> CompiledConstraint:

@@ -44,6 +44,12 @@ class TokenMatcher:
             return self._matcher.is_accepting()
         return self._matcher.validate_tokens([token]) == 1
 
+    def allowed_prefix(self, tokens: list[int]) -> int:
+        """How many leading `tokens` the constraint would take in a row from here (none from an
+        end-of-generation token on): a speculative draft is cut there before it is verified."""
+        end = next((i for i, t in enumerate(tokens) if t in self._eos), len(tokens))
+        return int(self._matcher.validate_tokens(tokens[:end])) if end else 0
+
     def mask(self, logits: np.ndarray) -> np.ndarray:
         """Set the logits of every token the constraint refuses to -inf, in place."""
         np.copyto(logits, -np.inf, where=~self.allowed()[: logits.shape[-1]])

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.prompt_cache import CacheStats
+from llmflow.engines.speculation import SpeculationCounts
 from llmflow.errors import InvalidParams, InvalidRequest
 from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.streaming.detokenizer import Detokenizer
@@ -98,6 +99,9 @@ class Engine(ABC):
     #: the load option that sets CPU threads, if any (see llmflow.mlflow.worker_cache: threads per
     #: Spark task)
     thread_option: ClassVar[str | None] = None
+    #: True when the token iterators wait on a mailbox that a scheduler thread fills
+    #: (`llmflow.engines.handoff`): a server then reads them on its event loop, no thread each
+    pushes_tokens: ClassVar[bool] = False
     #: True when `generate` yields `ScoredToken`s for params with `logprobs` set
     scores_tokens: ClassVar[bool] = False
     #: the validated load options (an engine sets its own; `seed` is every engine's default seed)
@@ -220,12 +224,33 @@ class Engine(ABC):
         pool token states refuses with an `InvalidRequest` naming `model`."""
         raise InvalidRequest.single("model", f"the {self.name} engine does not make embeddings")
 
+    @property
+    def lora_names(self) -> tuple[str, ...]:
+        """The LoRA adapters loaded (see `engines/lora.py`); none by default."""
+        return ()
+
+    def check_adapter(self, name: str) -> None:
+        """Refuse a request for adapter `name` that this engine cannot apply (before any token)."""
+        raise InvalidParams.single("lora", f"the {self.name} engine does not apply LoRA adapters")
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load a LoRA adapter file as `name`, while the model stays loaded."""
+        raise InvalidParams.single("lora", f"the {self.name} engine does not apply LoRA adapters")
+
+    def unload_adapter(self, name: str) -> None:
+        raise InvalidParams.single("lora", f"the {self.name} engine does not apply LoRA adapters")
+
     def stats(self) -> Any | None:
         """Scheduler numbers for the server's metrics (a batching engine); None otherwise."""
         return None
 
     def cache_stats(self) -> CacheStats | None:
         """What the prompt cache's tiers hold (bytes, entries); None: the engine has none."""
+        return None
+
+    def speculation_stats(self) -> SpeculationCounts | None:
+        """Speculative draft tokens proposed and accepted so far; None: the engine does not
+        speculate."""
         return None
 
     def persist(self) -> None:

@@ -15,28 +15,29 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from llmflow.constraints.matcher import TokenMatcher
 from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine, EngineOptions, TokenRequest
 from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
+from llmflow.engines.llama_cpp_loop import RANDOM_SEED, ContextSteps, free_sampler, generate, sampler_chain
 from llmflow.engines.llama_cpp_state import prompt_cache_for, restore_sequence, save_sequence
-from llmflow.engines.logprobs import scored
+from llmflow.engines.lora import AdapterKey, LlamaAdapters, adapter_key, with_adapters
 from llmflow.engines.memory import llama_cpp_bytes
 from llmflow.engines.openmp import release_thread_team
 from llmflow.engines.prompt_cache import CacheStats, PromptCache, common_prefix
+from llmflow.engines.speculation import DRAFT_MAX, NGRAM_MAX, NGRAM_MIN, Speculation, SpeculationCounts
 from llmflow.errors import EngineUnavailable, ModelNotFound
 from llmflow.model_files import model_name_of
-from llmflow.params import SamplingParams
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
 from llmflow.types import TemplateText
 
+#: whether llama.cpp engines speculate unless told: off, as measured on the CPU, where a pass of
+#: several tokens costs about as much as as many one-token passes (benchmarks/bench_speculation.py)
+SPECULATIVE_DEFAULT = False
 #: ggml's element type ids of the KV cache types llmflow offers
 KV_CACHE_TYPES: dict[str, int] = {"f16": 1, "q8_0": 8}
 #: what llama.cpp reads as "every layer" (it clamps to the model's count)
 ALL_LAYERS = 0x7FFFFFFF
-#: llama.cpp's seed value that asks for a random seed
-RANDOM_SEED = 0xFFFFFFFF
 #: a saved state is restored when it holds at least this many more of a prompt's tokens than
 #: the context does (fewer are cheaper to compute than to copy in)
 RESTORE_MARGIN = 32
@@ -104,6 +105,37 @@ class LlamaCppOptions(EngineOptions):
         None, description="disk tier of the prompt cache: saved states outlive a restart"
     )
     prompt_cache_disk_mib: int = Field(4096, ge=0, description="disk tier's budget in MiB")
+    lora: dict[str, str] = Field(
+        default_factory=dict,
+        description="LoRA adapters to load, name -> GGUF adapter file; a request picks one by name "
+        "(llama_cpp engine)",
+    )
+
+    speculative: bool = Field(
+        SPECULATIVE_DEFAULT,
+        description="prompt-lookup speculative decoding: each forward pass also verifies a draft "
+        "of the tokens that followed the answer's last n-gram where it occurred earlier in the "
+        "prompt or the answer; the same tokens in fewer passes when an answer repeats its prompt "
+        "(rewrites, edits). Off by default: it pays only where a pass of several tokens costs little "
+        "more than a pass of one (a GPU). A request opts out with `speculative: false`",
+    )
+    draft_max: int = Field(DRAFT_MAX, ge=1, le=64, description="draft tokens per pass at most")
+    draft_ngram_min: int = Field(NGRAM_MIN, ge=1, le=16, description="shortest n-gram looked up")
+    draft_ngram_max: int = Field(NGRAM_MAX, ge=1, le=16, description="longest n-gram looked up (tried first)")
+
+    @field_validator("draft_ngram_max")
+    @classmethod
+    def _ngram_sizes_ordered(cls, value: int, info: ValidationInfo) -> int:
+        low = info.data.get("draft_ngram_min")
+        if low is not None and value < low:
+            raise ValueError(f"must be at least draft_ngram_min ({low})")
+        return value
+
+    def speculation(self) -> Speculation | None:
+        """The speculation these options ask for, or None."""
+        if not self.speculative:
+            return None
+        return Speculation(self.draft_max, self.draft_ngram_min, self.draft_ngram_max)
 
     @field_validator("kv_cache_type")
     @classmethod
@@ -226,6 +258,21 @@ class LlamaCppEngine(VocabMethods, Engine):
         self.options = options
         self._vocab = LlamaVocab(llama._model, llama.metadata)
         self._embedder = lazy_embedder(self._vocab.model, options, self.n_ctx)
+        import llama_cpp
+
+        self._adapters = LlamaAdapters(llama_cpp, llama._model.model)
+        #: the adapter the context's kept tokens were computed with
+        self._applied: AdapterKey = None
+        self._steps = ContextSteps(llama_cpp, llama, self.n_vocab)
+        self._speculation = options.speculation()
+        self._speculation_counts = SpeculationCounts()
+
+    @property
+    def llama(self) -> Any:
+        """The llama-cpp-python `Llama` this engine decodes with: a documented hook for comparing
+        llmflow against llama-cpp-python on the same model object (`benchmarks/bench_engine.py`).
+        Using it while the engine generates, or resetting it, breaks the engine's own state."""
+        return self._llama
 
     @classmethod
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppEngine:
@@ -251,7 +298,21 @@ class LlamaCppEngine(VocabMethods, Engine):
             raise ModelNotFound(f"llama.cpp could not load {str(path)!r}: {exc}") from None
         import llama_cpp
 
-        return cls(llama, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed))
+        engine = cls(llama, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed))
+        return with_adapters(engine, parsed.lora)
+
+    @property
+    def lora_names(self) -> tuple[str, ...]:
+        return self._adapters.names
+
+    def check_adapter(self, name: str) -> None:
+        self._adapters.check(name)
+
+    def load_adapter(self, name: str, path: str) -> None:
+        self._adapters.load(name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        self._adapters.unload(name)
 
     @property
     def model_name(self) -> str:
@@ -262,38 +323,42 @@ class LlamaCppEngine(VocabMethods, Engine):
         return self._llama.n_ctx()
 
     def tokens(self, request: TokenRequest) -> Iterator[int]:
+        import llama_cpp
+
         llama = self._llama
-        params, limit, cancel, constraint = request.params, request.limit, request.cancel, request.constraint
-        llama.set_seed(params.seed if params.seed is not None else RANDOM_SEED)
+        adapter = adapter_key(request.params.lora, request.params.lora_scale)
+        if adapter != self._applied:  # the kept tokens were computed with another adapter
+            self._adapters.apply(llama.ctx, adapter)
+            self._applied = adapter
+            llama.reset()
         if not self.options.prompt_cache:
-            llama.reset()  # evaluate the whole prompt: the same request gives the same numbers
+            self._llama.reset()  # evaluate the whole prompt: the same request gives the same numbers
         else:
-            kept = self._keep_longest_prefix(request.prompt_ids)
+            # the prompt cache holds the base model's states: with an adapter, the context's own only
+            kept = (
+                self._keep_own_prefix(request.prompt_ids)
+                if adapter is not None
+                else self._keep_longest_prefix(request.prompt_ids)
+            )
             if request.reuse is not None:
                 request.reuse.cached_tokens = kept
-        tokens = llama.generate(
-            request.prompt_ids,
-            top_k=params.top_k,
-            top_p=params.top_p,
-            min_p=params.min_p,
-            temp=params.temperature,
-            repeat_penalty=params.repetition_penalty,
-            logits_processor=_masking(constraint, params),
-        )
-        top = params.logprobs
+        speculation = self._speculation if request.params.speculative else None
+        sampler = sampler_chain(llama_cpp, self.n_vocab, request.params)
         try:
-            # Check between tokens: resuming `tokens` is what decodes the next one.
-            for produced, token in enumerate(tokens, 1):
-                if constraint is not None:
-                    constraint.advance(token)  # before the next token's logits are masked
-                # until resumed, the context's last logits are those the token was sampled from
-                # (raw: the constraint masks the sampler's copy of them, not the context's)
-                yield token if top is None else scored(token, self._last_logits(), top)
-                if produced >= limit or cancel.cancelled:
-                    return
+            yield from generate(self._steps, request, sampler, speculation, self._speculation_counts)
         finally:
-            tokens.close()
+            free_sampler(llama_cpp, sampler)
             release_thread_team()  # see `llmflow.engines.openmp`: callers' threads vary
+
+    def _keep_own_prefix(self, prompt: Sequence[int]) -> int:
+        """Keep the longest prefix of `prompt` that the context holds, never all of it."""
+        import llama_cpp
+
+        llama = self._llama
+        keep = min(common_prefix(llama.input_ids[: llama.n_tokens].tolist(), prompt), len(prompt) - 1)
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llama.ctx), -1, keep, -1)
+        llama.n_tokens = keep
+        return keep
 
     def _keep_longest_prefix(self, prompt: Sequence[int]) -> int:
         """Leave in the context the longest kept prefix of `prompt` (the context's own, or a
@@ -344,19 +409,15 @@ class LlamaCppEngine(VocabMethods, Engine):
     def cache_stats(self) -> CacheStats | None:
         return self._prompt_cache.stats() if self._prompt_cache is not None else None
 
+    def speculation_stats(self) -> SpeculationCounts | None:
+        return self._speculation_counts if self._speculation is not None else None
+
     def persist(self) -> None:
         """Called with no generation running (callers serialise generations)."""
         cache = self._prompt_cache
-        if cache is not None and cache.persistent:
+        if cache is not None and cache.persistent and self._applied is None:
             self._spill(self._llama.input_ids[: self._llama.n_tokens].tolist())
             cache.flush()
-
-    def _last_logits(self) -> Any:
-        import llama_cpp
-        import numpy as np
-
-        row = llama_cpp.llama_get_logits_ith(self._llama.ctx, -1)
-        return np.ctypeslib.as_array(row, shape=(self.n_vocab,))
 
     def memory_bytes(self) -> int:
         """The weights and the context's KV cache (see `engines/memory.py`)."""
@@ -369,22 +430,8 @@ class LlamaCppEngine(VocabMethods, Engine):
             self.persist()  # with a disk tier, the conversation outlives the process
             self._prompt_cache.close()
         self._embedder.close()
+        self._steps.close()
         self._llama.close()
-
-
-def _masking(constraint: TokenMatcher | None, params: SamplingParams) -> Any:
-    """llama-cpp-python's logits processor hook (the first step of its sampler chain, so the
-    penalties, the filters and the greedy pick all see the masked logits).
-
-    When the rest of the chain is a plain greedy pick (temperature 0, no repetition penalty),
-    the token it takes is the top logit, so `mask_for_argmax` suffices."""
-    if constraint is None:
-        return None
-    from llama_cpp import LogitsProcessorList
-
-    greedy = params.greedy and params.repetition_penalty == 1
-    mask = constraint.mask_for_argmax if greedy else constraint.mask
-    return LogitsProcessorList([lambda _ids, logits: mask(logits)])
 
 
 _MODEL_PARAMS_LOCK = threading.Lock()

@@ -24,7 +24,6 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from llmflow.engines.base import Engine, TokenRequest
 from llmflow.engines.llama_cpp import (
-    RANDOM_SEED,
     LlamaCppOptions,
     LlamaVocab,
     Placement,
@@ -33,12 +32,15 @@ from llmflow.engines.llama_cpp import (
     usable_cores,
 )
 from llmflow.engines.llama_cpp_embed import lazy_embedder
+from llmflow.engines.llama_cpp_loop import GREEDY, free_sampler, sampler_chain
 from llmflow.engines.llama_cpp_state import prompt_cache_for, restore_sequence, save_sequence
 from llmflow.engines.logprobs import scored
+from llmflow.engines.lora import AdapterKey, LlamaAdapters, with_adapters
 from llmflow.engines.memory import llama_cpp_bytes, llama_kv_bytes_per_token
 from llmflow.engines.openmp import release_thread_team
 from llmflow.engines.prompt_cache import CacheStats, PromptCache
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
+from llmflow.engines.speculation import SpeculationCounts
 from llmflow.errors import EngineFailed, InvalidParams, ModelNotFound
 from llmflow.model_files import model_name_of
 from llmflow.params import SamplingParams
@@ -53,10 +55,6 @@ GPU_KV_BUDGET_BYTES = 16 << 30
 #: tokens per forward pass and per prompt chunk by default, on the CPU and on a GPU
 CPU_N_BATCH, GPU_N_BATCH = 512, 2048
 CPU_PREFILL_CHUNK, GPU_PREFILL_CHUNK = 32, 512
-#: what llama.cpp's Llama class uses for repetition penalties
-PENALTY_LAST_N = 64
-#: the "sampler" of a greedy request without penalties: the argmax of its logits
-GREEDY = "greedy"
 
 
 class LlamaCppBatchedOptions(LlamaCppOptions):
@@ -158,6 +156,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
 
     name: ClassVar[str] = "llama_cpp_batched"
     concurrent: ClassVar[bool] = True
+    pushes_tokens: ClassVar[bool] = True
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
     thread_option: ClassVar[str | None] = "n_threads"
     scores_tokens: ClassVar[bool] = True
@@ -187,6 +186,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
             one_pass=shape.one_pass,
             reuse_tokens=options.prompt_cache,
             prompt_cache=prompt_cache,
+            speculation=options.speculation(),
         )
 
     @classmethod
@@ -199,7 +199,21 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         except BaseException:
             model.close()
             raise
-        return cls(backend, vocab, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed))
+        engine = cls(backend, vocab, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed))
+        return with_adapters(engine, parsed.lora)
+
+    @property
+    def lora_names(self) -> tuple[str, ...]:
+        return self._backend.adapters.names
+
+    def check_adapter(self, name: str) -> None:
+        self._backend.adapters.check(name)
+
+    def load_adapter(self, name: str, path: str) -> None:
+        self._backend.adapters.load(name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        self._backend.adapters.unload(name)
 
     @property
     def model_name(self) -> str:
@@ -223,6 +237,9 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
 
     def stats(self) -> SchedulerStats:
         return self._scheduler.stats()
+
+    def speculation_stats(self) -> SpeculationCounts | None:
+        return self._scheduler.speculation_counts if self.options.speculative else None
 
     def cache_stats(self) -> CacheStats | None:
         return self._prompt_cache.stats() if self._prompt_cache is not None else None
@@ -293,6 +310,8 @@ class LlamaStepBackend:
         self.n_ctx_seq = n_ctx_seq
         self.n_batch = shape.n_batch
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(model.vocab)
+        #: the LoRA adapters loaded on the model; a pass computes with one of them or none
+        self.adapters = LlamaAdapters(llama_cpp, model.model)
         self._batch = llama_cpp.llama_batch_init(shape.n_batch, 0, 1)
         for i in range(shape.n_batch):
             self._batch.n_seq_id[i] = 1
@@ -335,14 +354,14 @@ class LlamaStepBackend:
         kv_tokens = self._lib.llama_n_ctx(self._ctx)
         return llama_cpp_bytes(self._lib, self._model.model, kv_tokens, kv_cache_type)
 
-    def decode(self, entries: Sequence[BatchEntry]) -> list[int]:
+    def decode(self, entries: Sequence[BatchEntry]) -> list[Any]:
         samples = self.fill(entries)
         self.compute()
         return self.sample(samples)
 
-    def fill(self, entries: Sequence[BatchEntry]) -> list[tuple[Any, int, int | None, Any]]:
+    def fill(self, entries: Sequence[BatchEntry]) -> list[tuple[Any, int, int | None, Any, Sequence[int]]]:
         """Write the entries into the llama.cpp batch; returns (sampler, batch index, logprobs,
-        allowed tokens) to sample."""
+        allowed tokens, draft) to sample: the batch index of an entry's first row of logits."""
         batch = self._batch
         token, pos, seq_id, logits = batch.token, batch.pos, batch.seq_id, batch.logits
         samples = []
@@ -357,8 +376,10 @@ class LlamaStepBackend:
                 i += 1
                 p += 1
             if entry.sample:
-                logits[i - 1] = 1
-                samples.append((entry.sampler, i - 1, entry.logprobs, entry.allowed))
+                first = i - 1 - len(entry.draft)
+                for j in range(first, i):
+                    logits[j] = 1
+                samples.append((entry.sampler, first, entry.logprobs, entry.allowed, entry.draft))
         batch.n_tokens = i
         return samples
 
@@ -371,34 +392,49 @@ class LlamaStepBackend:
             )
         self._lib.llama_synchronize(self._ctx)
 
-    def sample(self, samples: Sequence[tuple[Any, int, int | None, Any]]) -> list[int]:
-        """A token for each sample, in order. Row k of llama.cpp's logits is the k-th sample's:
-        `fill` asks for logits only where a sample is taken, and llama.cpp stores those rows in
-        batch order."""
-        lib, ctx = self._lib, self._ctx
-        rows = self._rows(len(samples))
-        raws: dict[int, np.ndarray] = {}
-        for k, (_, _, top, allowed) in enumerate(samples):
-            if allowed is not None:
-                if top is not None:  # logprobs stay the model's own distribution, unmasked
-                    raws[k] = rows[k].copy()
-                # in place, in llama.cpp's own logits: its sampler chain (or the argmax) then
-                # only ever sees the tokens the output constraint allows
-                np.copyto(rows[k], -np.inf, where=~allowed[: self._n_vocab])
+    def sample(self, samples: Sequence[tuple[Any, int, int | None, Any, Sequence[int]]]) -> list[Any]:
+        """A token for each sample, in order (a run of tokens for one with a draft). llama.cpp
+        stores the rows of logits `fill` asked for in batch order: a sample's rows follow the
+        rows of the samples before it."""
+        rows = self._rows(sum(1 + len(s[4]) for s in samples))
         # when every row is greedy (the usual case of a GPU benchmark): one argmax over all rows
-        picks = argmax_rows(rows) if all(s[0] is GREEDY for s in samples) else None
-        tokens: list[int] = []
-        for k, (sampler, index, top, _) in enumerate(samples):
-            if picks is not None:
-                token = int(picks[k])
-            elif sampler is GREEDY:
-                token = int(rows[k].argmax())
-            else:
-                token = lib.llama_sampler_sample(sampler, ctx, index)
-            if top is not None:
-                token = scored(token, raws.get(k, rows[k]), top)
-            tokens.append(token)
+        every_greedy = all(s[0] is GREEDY and s[3] is None for s in samples)
+        picks = argmax_rows(rows) if every_greedy else None
+        tokens: list[Any] = []
+        row = 0
+        for sampler, index, top, allowed, draft in samples:
+            if not draft:
+                tokens.append(self._pick(rows, row, picks, sampler, index, top, allowed))
+                row += 1
+                continue
+            run = []
+            for j in range(len(draft) + 1):
+                token = self._pick(rows, row + j, picks, sampler, index + j, top, allowed if j == 0 else None)
+                run.append(token)
+                if j == len(draft) or token != draft[j]:
+                    break
+            tokens.append(run)
+            row += 1 + len(draft)
         return tokens
+
+    def _pick(
+        self, rows: np.ndarray, k: int, picks: Any, sampler: Any, index: int, top: int | None, allowed: Any
+    ) -> int:
+        """The token sampled from row `k` (batch index `index`), masked by `allowed` in place
+        (llama.cpp's own logits: its sampler chain then sees only allowed tokens); logprobs from
+        the raw row."""
+        raw = rows[k]
+        if allowed is not None:
+            if top is not None:  # logprobs stay the model's own distribution, unmasked
+                raw = rows[k].copy()
+            np.copyto(rows[k], -np.inf, where=~allowed[: self._n_vocab])
+        if picks is not None:
+            token = int(picks[k])
+        elif sampler is GREEDY:
+            token = int(rows[k].argmax())
+        else:
+            token = self._lib.llama_sampler_sample(sampler, self._ctx, index)
+        return token if top is None else scored(token, raw, top)
 
     def _rows(self, n: int) -> np.ndarray:
         """The logits of the last pass's `n` output rows, as an (n, n_vocab) view of llama.cpp's
@@ -409,33 +445,10 @@ class LlamaStepBackend:
         return np.ctypeslib.as_array(self._lib.llama_get_logits(self._ctx), shape=(n, self._n_vocab))
 
     def new_sampler(self, params: SamplingParams) -> Any:
-        """A sampler chain in the order of llama-cpp-python's `Llama`, so that both llama.cpp
-        engines sample the same tokens for the same seed."""
-        if params.greedy and params.repetition_penalty == 1.0:
-            return GREEDY
-        lib = self._lib
-        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
-        add = lib.llama_sampler_chain_add
-        if params.repetition_penalty != 1.0:
-            add(
-                chain,
-                lib.llama_sampler_init_penalties(
-                    self._n_vocab, PENALTY_LAST_N, params.repetition_penalty, 0.0, 0.0
-                ),
-            )
-        if params.greedy:
-            add(chain, lib.llama_sampler_init_greedy())
-            return chain
-        add(chain, lib.llama_sampler_init_top_k(params.top_k))
-        add(chain, lib.llama_sampler_init_top_p(params.top_p, 1))
-        add(chain, lib.llama_sampler_init_min_p(params.min_p, 1))
-        add(chain, lib.llama_sampler_init_temp(params.temperature))
-        add(chain, lib.llama_sampler_init_dist(params.seed if params.seed is not None else RANDOM_SEED))
-        return chain
+        return sampler_chain(self._lib, self._n_vocab, params)
 
     def free_sampler(self, sampler: Any) -> None:
-        if sampler is not None and sampler is not GREEDY:
-            self._lib.llama_sampler_free(sampler)
+        free_sampler(self._lib, sampler)
 
     def copy(self, src: int, dst: int) -> None:
         # `dst` may still hold a finished request's cells; in one KV pool seq_cp would add src's
@@ -457,6 +470,9 @@ class LlamaStepBackend:
 
     def idle(self) -> None:
         release_thread_team()  # see `llmflow.engines.openmp`; the next step starts a team again
+
+    def set_adapter(self, adapter: AdapterKey) -> None:
+        self.adapters.apply(self._ctx, adapter)
 
     def close(self) -> None:
         with contextlib.suppress(AttributeError):

@@ -1,26 +1,30 @@
 """Continuous batching without a model: which request holds which sequence, which tokens go into
 the next batched forward pass, and how each sampled token reaches its request's consumer.
 
-One scheduler thread runs every step for all requests; each consumer thread waits on its own
-queue, so a slow consumer never holds back the others. Requests join and leave between two
-steps. The model work (a forward pass over a batch, the samplers, KV-cache moves) is a
-`StepBackend`: `llama_cpp_batched` is the real one; tests drive a scripted one.
+One scheduler thread runs every step for all requests. Each request's tokens go to its own
+mailbox, and the consumers that wait are woken once per forward pass (`handoff`): a thread, or a
+generation on the server's event loop, so a slow consumer never holds back the others and no
+thread is needed per stream. Requests join and leave between two steps. The model work (a
+forward pass over a batch, the samplers, KV-cache moves) is a `StepBackend`: `llama_cpp_batched`
+is the real one; tests drive a scripted one.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import TokenRequest
+from llmflow.engines.handoff import Mailbox, wake
+from llmflow.engines.lora import AdapterKey, adapter_key
 from llmflow.engines.prompt_cache import PromptCache, common_prefix
+from llmflow.engines.speculation import Drafts, Speculation, SpeculationCounts
 from llmflow.errors import EngineFailed
 from llmflow.params import SamplingParams
 from llmflow.types import CancelToken, PromptReuse
@@ -43,14 +47,19 @@ class BatchEntry:
     logprobs: int | None = None
     #: the tokens an output constraint allows next (a bool per logit), or None: all of them
     allowed: Any = None
+    #: the last len(draft) of `tokens` are a speculative draft: sample after each of them too,
+    #: keeping the draft while the samples confirm it (`engines/speculation.py`)
+    draft: Sequence[int] = ()
 
 
 class StepBackend(Protocol):
     """The model side of continuous batching. Called from the scheduler thread only."""
 
-    def decode(self, entries: Sequence[BatchEntry]) -> list[int]:
+    def decode(self, entries: Sequence[BatchEntry]) -> list[Any]:
         """One forward pass over every entry (sorted by `seq`); returns the token sampled for each
-        entry with `sample`, in order. Raises `EngineFailed` when the pass fails."""
+        entry with `sample`, in order, or for an entry with a `draft` the run of tokens taken: the
+        draft tokens its samples confirmed, then the first sample that differs (or the one after
+        the whole draft). Raises `EngineFailed` when the pass fails."""
         ...
 
     def new_sampler(self, params: SamplingParams) -> Any: ...
@@ -64,6 +73,11 @@ class StepBackend(Protocol):
     def truncate(self, seq: int, keep: int) -> int:
         """Drop the positions of `seq` from `keep` on; returns how many it kept (0 when the model
         cannot drop part of a sequence)."""
+        ...
+
+    def set_adapter(self, adapter: AdapterKey) -> None:
+        """Compute the next passes with `adapter` (None: the base model). Asked only of a backend
+        that serves requests with adapters."""
         ...
 
     def idle(self) -> None:
@@ -99,21 +113,25 @@ class SchedulerStats:
     #: time the scheduler thread spent saving states (the decode loop waits meanwhile): all, longest
     cache_save_seconds_total: float = 0.0
     cache_save_seconds_max: float = 0.0
+    #: speculative draft tokens verified, and those the samples confirmed
+    draft_tokens_proposed_total: int = 0
+    draft_tokens_accepted_total: int = 0
 
 
 class Request:
     """One generation: its tokens so far, where they are in the KV cache, its sampler, and the
-    queue its consumer reads."""
+    mailbox its consumer reads."""
 
     __slots__ = (
+        "adapter",
         "cancel",
+        "box",
         "closed",
         "constraint",
         "fed",
         "generated",
         "leader",
         "limit",
-        "out",
         "params",
         "prompt_len",
         "reuse",
@@ -137,7 +155,7 @@ class Request:
         self.cancel = cancel
         #: tokens to generate at most
         self.limit = limit
-        self.out: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.box = Mailbox()
         self.seq = -1
         #: tokens[:fed] are in the sequence's KV cache
         self.fed = 0
@@ -151,6 +169,8 @@ class Request:
         self.constraint = constraint
         #: where the engine reports how many prompt tokens it did not compute
         self.reuse = reuse
+        #: the LoRA adapter it computes with (None: the base model)
+        self.adapter: AdapterKey = adapter_key(params.lora, params.lora_scale)
 
     @property
     def pending(self) -> int:
@@ -171,7 +191,7 @@ def _request(request: TokenRequest) -> Request:
 
 
 class TokenStream:
-    """One request's tokens as the scheduler samples them, read from its queue. Reading to the
+    """One request's tokens as the scheduler samples them, read from its mailbox. Reading to the
     end, an error, `close()` or a cancel frees its sequence at the next step (also when it was
     never read)."""
 
@@ -188,7 +208,7 @@ class TokenStream:
         if self._done:
             raise StopIteration
         request = self._request
-        item = request.out.get()
+        item = request.box.take()
         if item is _END or request.cancel.cancelled:
             self.close()
             raise StopIteration
@@ -196,6 +216,11 @@ class TokenStream:
             self.close()
             raise item
         return item
+
+    @property
+    def ready(self) -> bool:
+        """True when reading would not wait: a token (or the end) has arrived."""
+        return self._done or bool(self._request.box.items)
 
     def close(self) -> None:
         self._done = True
@@ -212,7 +237,13 @@ class StepPlan:
 
 
 def plan_step(
-    running: Sequence[Request], n_batch: int, chunk: int, *, one_pass: bool = False, aligned: bool = True
+    running: Sequence[Request],
+    n_batch: int,
+    chunk: int,
+    *,
+    one_pass: bool = False,
+    aligned: bool = True,
+    drafts: Mapping[Request, Sequence[int]] | None = None,
 ) -> StepPlan:
     """Plan the next step. While others decode, a step takes at most `chunk` prompt tokens, so
     their streams keep flowing; otherwise up to `n_batch`. `aligned`: prompts advance in chunks
@@ -222,9 +253,12 @@ def plan_step(
     of at most `n_batch` tokens, decoding tokens first.
 
     Decode entries are sorted by sequence: llama.cpp puts only consecutive sequence ids into one
-    micro-batch."""
+    micro-batch. `drafts`: a speculative draft per decoding request, verified in the same pass
+    (the caller keeps them within the batch)."""
+    drafts = drafts or {}
     decoding = sorted((r for r in running if r.pending == 1), key=lambda r: r.seq)
-    budget = n_batch - len(decoding) if one_pass else chunk if decoding else n_batch
+    width = len(decoding) + sum(len(d) for d in drafts.values())
+    budget = n_batch - width if one_pass else chunk if decoding else n_batch
     prefill = []
     for i, r in enumerate(running):
         if r.fed < r.prompt_len - 1 and _mate_computes_next_chunk(r, running[:i], chunk):
@@ -239,7 +273,7 @@ def plan_step(
             start = end
         if budget <= 0:
             break
-    return StepPlan([(r, _entry(r, r.fed, r.fed + 1)) for r in decoding], prefill)
+    return StepPlan([(r, _decode_entry(r, drafts.get(r, ()))) for r in decoding], prefill)
 
 
 def shared_chunks(source: Request, request: Request, chunk: int, computed: int | None = None) -> int:
@@ -267,6 +301,13 @@ def _mate_computes_next_chunk(r: Request, earlier: Sequence[Request], chunk: int
 
 def _entry(r: Request, start: int, end: int) -> BatchEntry:
     return BatchEntry(r.seq, r.tokens[start:end], start, end == len(r.tokens), r.sampler, r.params.logprobs)
+
+
+def _decode_entry(r: Request, draft: Sequence[int]) -> BatchEntry:
+    if not draft:
+        return _entry(r, r.fed, r.fed + 1)
+    tokens = [r.tokens[r.fed], *draft]
+    return BatchEntry(r.seq, tokens, r.fed, True, r.sampler, r.params.logprobs, draft=draft)
 
 
 def _waits_for_leader(request: Request) -> bool:
@@ -304,9 +345,12 @@ class BatchScheduler:
         one_pass: bool = False,
         reuse_tokens: bool = True,
         prompt_cache: PromptCache | None = None,
+        speculation: Speculation | None = None,
     ):
         """`one_pass`: each step is one forward pass over the decoding tokens and the prompt
-        chunks together (for a GPU, where that costs about as much as the decoding tokens alone)."""
+        chunks together (for a GPU, where that costs about as much as the decoding tokens alone).
+        `speculation`: decoding requests that allow it verify a prompt-lookup draft in the step's
+        pass (not those with an output constraint: the backend masks only a pass's first row)."""
         if n_batch < max(parallel, prefill_chunk):
             raise ValueError(f"n_batch ({n_batch}) must be at least parallel and prefill_chunk")
         self.backend = backend
@@ -325,10 +369,14 @@ class BatchScheduler:
         self._persists: list[threading.Event] = []
         self._failure: EngineFailed | None = None
         # owned by the scheduler thread
+        #: mailboxes given something since their consumers were last woken
+        self._delivered: list[Mailbox] = []
         self._running: list[Request] = []  # in admission order
         self._holder: list[Request | None] = [None] * parallel
         self._cached: list[list[int]] = [[] for _ in range(parallel)]
         self._steps = 0
+        #: the adapter the backend computes with now
+        self._adapter: AdapterKey = None
         self._decoded = 0
         self._generated = 0
         self._reused = 0
@@ -336,6 +384,8 @@ class BatchScheduler:
         self._restores = 0
         self._save_s = 0.0
         self._save_s_max = 0.0
+        self._drafts = Drafts(speculation) if speculation is not None else None
+        self.speculation_counts = SpeculationCounts()
         self._thread = threading.Thread(target=self._run, name="llmflow-batch-scheduler", daemon=True)
         self._thread.start()
 
@@ -352,9 +402,9 @@ class BatchScheduler:
         self._submit([request])
         yield from TokenStream(request)
 
-    def generate_group(self, token_requests: Sequence[TokenRequest]) -> list[Iterator[int]]:
+    def generate_group(self, token_requests: Sequence[TokenRequest]) -> list[TokenStream]:
         """Several answers to one prompt (OpenAI's `n`), one iterator each, to be read at once
-        (from several threads). The prompt is computed once: the others copy its KV cache
+        (in turn, the one that is `ready` first). The prompt is computed once: the others copy its KV cache
         (all but its last token, which each computes itself, so that each samples its own first
         token) once the first choice has computed it. Each request has its own constraint state:
         each choice's sampled tokens advance only its own."""
@@ -381,6 +431,8 @@ class BatchScheduler:
             cache_restores_total=self._restores,
             cache_save_seconds_total=self._save_s,
             cache_save_seconds_max=self._save_s_max,
+            draft_tokens_proposed_total=self.speculation_counts.proposed,
+            draft_tokens_accepted_total=self.speculation_counts.accepted,
         )
 
     def persist(self, timeout: float = 60.0) -> None:
@@ -450,24 +502,42 @@ class BatchScheduler:
         self._admit()
         self._compact()
         if not self._running:
+            self._deliver()
             return
         self._share_prefixes()
+        running = self._adapter_group()
         plan = plan_step(
-            self._running,
+            running,
             self.n_batch,
             self.prefill_chunk,
             one_pass=self.one_pass,
             aligned=not self.reuse_tokens,
+            drafts=self._propose(),
         )
         self._steps += 1
         if self.one_pass:
             self._forward(plan.decode + plan.prefill)
-            return
-        if plan.decode:
-            self._forward(plan.decode)
-        for item in plan.prefill:
-            if item[0].seq >= 0:  # not ended by a failed pass
-                self._forward([item])
+        else:
+            if plan.decode:
+                self._forward(plan.decode)
+                self._deliver()  # the decoding streams' tokens go out before the prompt chunks run
+            for item in plan.prefill:
+                if item[0].seq >= 0:  # not ended by a failed pass
+                    self._forward([item])
+        self._deliver()
+
+    def _adapter_group(self) -> list[Request]:
+        """The running requests this step computes: all of them when they share one adapter (or
+        none); else those of one adapter, each adapter's in turn (llama.cpp applies adapters to
+        a whole pass), the backend switched to it."""
+        adapters = sorted({r.adapter for r in self._running}, key=lambda a: (a is not None, a or ("", 0.0)))
+        adapter = adapters[self._steps % len(adapters)]
+        if adapter != self._adapter:
+            self.backend.set_adapter(adapter)
+            self._adapter = adapter
+        if len(adapters) == 1:
+            return self._running
+        return [r for r in self._running if r.adapter == adapter]
 
     def _share_prefixes(self) -> None:
         """A request still computing its prompt takes the whole chunks of it that another running
@@ -479,13 +549,35 @@ class BatchScheduler:
                 continue  # no whole chunk of its prompt left to take
             best, most = None, r.fed
             for s in self._running:
-                if s is not r and s.fed > most:
+                if s is not r and s.fed > most and s.adapter == r.adapter:
                     n = shared_chunks(s, r, chunk)
                     if n > most:
                         best, most = s, n
             if best is not None:
                 self.backend.copy(best.seq, r.seq)
                 r.fed = self.backend.truncate(r.seq, most)
+
+    def _propose(self) -> dict[Request, list[int]]:
+        """This step's drafts: each decoding request that allows one, within what it may still
+        generate and, all together, within the batch (and a prompt chunk beside them in one pass)."""
+        drafts = self._drafts
+        if drafts is None:
+            return {}
+        drafts.keep_only(self._running)
+        decoding = [r for r in self._running if r.pending == 1]
+        room = self.n_batch - len(decoding) - (self.prefill_chunk if self.one_pass else 0)
+        planned: dict[Request, list[int]] = {}
+        for r in decoding:
+            if room <= 0:
+                break
+            if r.constraint is not None or not r.params.speculative:
+                continue
+            most = min(room, r.limit - r.generated - 1, self.n_ctx - len(r.tokens))
+            draft = drafts.propose(r, r.tokens, most) if most > 0 else []
+            if draft:
+                planned[r] = draft
+                room -= len(draft)
+        return planned
 
     def _forward(self, planned: list[tuple[Request, BatchEntry]]) -> None:
         """One forward pass, then hand out the sampled tokens."""
@@ -502,8 +594,26 @@ class BatchScheduler:
         for request, entry in planned:
             request.fed += len(entry.tokens)
             self._decoded += len(entry.tokens)
-            if entry.sample:
+            if entry.draft:
+                self._take_run(request, entry, next(sampled))
+            elif entry.sample:
                 self._emit(request, next(sampled))
+
+    def _take_run(self, request: Request, entry: BatchEntry, run: Sequence[int]) -> None:
+        """A verified draft: the rejected draft tokens' cells go, then the run's tokens are handed
+        out one by one, as a token per step would be (the request may end inside the run)."""
+        confirmed = len(run) - 1
+        rejected = len(entry.draft) - confirmed
+        if rejected:
+            request.fed -= rejected
+            self.backend.truncate(request.seq, request.fed)
+        assert self._drafts is not None
+        self._drafts.record(request, len(entry.draft), confirmed)
+        self.speculation_counts.add(len(entry.draft), confirmed)
+        for token in run:
+            if request.seq < 0:  # ended inside the run: an end-of-generation token, its limit
+                return
+            self._emit(request, token)
 
     def _constrained(self, planned: list[tuple[Request, BatchEntry]]) -> list[tuple[Request, BatchEntry]]:
         """The entries with the tokens each request's constraint allows next (computed before the
@@ -530,7 +640,8 @@ class BatchScheduler:
         request.tokens.append(token)
         request.generated += 1
         self._generated += 1
-        request.out.put(token)
+        request.box.put(token)
+        self._delivered.append(request.box)
         if token in self._eos or request.generated >= request.limit:
             self._finish(request)
 
@@ -543,6 +654,12 @@ class BatchScheduler:
         self._holder[seq] = None
         self.backend.free_sampler(request.sampler)
         request.sampler = None
+        if error is None and request.adapter is not None:
+            # kept tokens and saved states are the base model's: an adapter's are not kept
+            self._cached[seq] = []
+            self.backend.truncate(seq, 0)
+            self._post(request, _END)
+            return
         if error is None:
             if self.reuse_tokens:
                 self._cached[seq] = request.tokens[: request.fed]
@@ -550,11 +667,21 @@ class BatchScheduler:
                 whole_chunks = request.prompt_len // self.prefill_chunk * self.prefill_chunk
                 kept = min(request.fed, whole_chunks)
                 self._cached[seq] = request.tokens[: self.backend.truncate(seq, kept)]
-            request.out.put(_END)
+            self._post(request, _END)
             return
         self._cached[seq] = []
-        request.out.put(EngineFailed(str(error)))  # one instance per consumer thread
+        self._post(request, EngineFailed(str(error)))  # one instance per consumer
         self.backend.truncate(seq, 0)
+
+    def _post(self, request: Request, item: Any) -> None:
+        request.box.put(item)
+        self._delivered.append(request.box)
+
+    def _deliver(self) -> None:
+        """Wake the consumers that wait for what this pass gave them: one hand-off per pass."""
+        if self._delivered:
+            wake(self._delivered)
+            self._delivered = []
 
     def _retire_ended(self) -> None:
         for request in [r for r in self._running if r.ended]:
@@ -563,7 +690,7 @@ class BatchScheduler:
             if any(r.ended for r in self._waiting):
                 for request in [r for r in self._waiting if r.ended]:
                     self._waiting.remove(request)
-                    request.out.put(_END)
+                    self._post(request, _END)
 
     def _admit(self) -> None:
         """Fill free sequences in arrival order; a choice whose leader has not computed the
@@ -607,7 +734,10 @@ class BatchScheduler:
     def _take_longest_prefix(self, seq: int, request: Request) -> int:
         """Put the longest kept prefix of `request`'s prompt into `seq`: from `seq` itself,
         another free sequence (a memory copy: cheaper than computing a chunk) or the prompt cache
-        (restored when it holds at least a chunk more). How many tokens `seq` then holds for it."""
+        (restored when it holds at least a chunk more). How many tokens `seq` then holds for it.
+        What is kept is the base model's: a request with an adapter reuses none of it."""
+        if request.adapter is not None:
+            return 0
         best, most = seq, self._reusable(self._cached[seq], request)
         for other, holder in enumerate(self._holder):
             if holder is None and other != seq:
@@ -728,7 +858,8 @@ class BatchScheduler:
             ended = [*self._running, *self._waiting]
             self._waiting.clear()
         for request in ended:
-            request.out.put(EngineFailed(str(failure)))
+            self._post(request, EngineFailed(str(failure)))
+        self._deliver()
         for request in list(self._running):
             self._running.remove(request)
             self._holder[request.seq] = None

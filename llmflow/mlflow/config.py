@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 1
 #: the name of the weights artifact in the logged model (`context.artifacts["model"]`)
 WEIGHTS_ARTIFACT = "model"
+#: the prefix of a LoRA adapter's artifact name (`lora.NAME`)
+LORA_ARTIFACT = "lora."
 
 
 class ModelSpec(LoadSpec):
@@ -44,6 +46,11 @@ class ModelSpec(LoadSpec):
     )
     tracing: bool | None = Field(
         None, description="record MLflow traces; None: only when an experiment is set (observability)"
+    )
+    lora: dict[str, str] | None = Field(
+        None,
+        description="LoRA adapters, name -> their file: an artifact of the model (`lora.NAME`), or in "
+        "reference mode a local path",
     )
 
     @field_validator("format_version")
@@ -77,6 +84,15 @@ class ModelSpec(LoadSpec):
     def to_config(self) -> dict[str, Any]:
         """Plain YAML-able data, without keys left at None (the MLmodel stays short)."""
         return self.model_dump(mode="json", exclude_none=True)
+
+    def with_adapters(self, artifacts: dict[str, str]) -> ModelSpec:
+        """This spec with its LoRA adapters as the engine's `lora` option, at their artifacts'
+        local paths (or the paths recorded in reference mode)."""
+        if not self.lora:
+            return self
+        paths = {name: artifacts.get(f"{LORA_ARTIFACT}{name}", path) for name, path in self.lora.items()}
+        options = {**self.engine_options, "lora": {**paths, **self.engine_options.get("lora", {})}}
+        return self.model_copy(update={"engine_options": options})
 
     def load_llm(self, weights: Path) -> LLM:
         """The LLM this spec describes, with its weights at `weights`. Bad engine options (or a

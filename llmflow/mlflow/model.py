@@ -29,15 +29,17 @@ from mlflow.exceptions import MlflowException
 from mlflow.pyfunc import PythonModel
 
 from llmflow.errors import ModelNotFound
+from llmflow.generation import Event, GenerationRequest
 from llmflow.llm import collect
 from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
 from llmflow.mlflow.inputs import Options, as_mlflow_error, parse_options, parse_single
-from llmflow.mlflow.observed_calls import STREAM_SPAN, observed_stream, predict_observed, start_trace
-from llmflow.mlflow.output import call_dicts, prepare_call, with_calls
+from llmflow.mlflow.observed_calls import STREAM_SPAN, predict_observed, start_trace
+from llmflow.mlflow.output import prepare_call
 from llmflow.mlflow.predict_call import PredictCall, prepare_predict
 from llmflow.mlflow.worker_cache import load_llm
-from llmflow.observability import RequestTimings, tracing_wanted
+from llmflow.observability import ObservedEvents, ObservedGeneration, RequestTimings, tracing_wanted
 from llmflow.types import Chunk, FinishReason, Usage
+from llmflow.wire.mlflow_chunks import MlflowChunksEncoder
 
 if TYPE_CHECKING:
     from llmflow.llm import LLM, PreparedRequest, PromptInput
@@ -90,13 +92,18 @@ class LlmflowPyfuncModel(PythonModel):
         llm = self._loaded()
         row, options, request, plan = self.prepare_stream(model_input, params)
         timings.admit()  # in process there is no queue: queue_ms is the time taken to prepare
+        encoder = MlflowChunksEncoder(with_timings=options.timings)
+        generation = llm.start(
+            GenerationRequest(request, calls=None if plan is None else plan.format), timings=timings
+        )
         trace = None
         if tracing_wanted(options.trace, self.tracing):
             trace = start_trace(STREAM_SPAN, llm, row, options, timings.arrived)
         elif not options.timings:  # neither: the plain stream, nothing on the token path
-            return chunk_dicts(call_dicts(with_calls(llm.stream_prepared(request), plan)))
-        stream = observed_stream(llm, request, timings, trace)
-        return chunk_dicts(call_dicts(with_calls(stream, plan)), timings if options.timings else None)
+            return chunk_dicts(generation, encoder)
+        timings.prompt_tokens = len(request.prompt_ids)
+        observed = ObservedEvents(generation, generation.cancel, ObservedGeneration(timings, trace))
+        return chunk_dicts(observed, encoder)
 
     def prepare_predict(self, model_input: Any, params: dict[str, Any] | None) -> PredictCall:
         """What `predict` checks before its first token: every row's prepared request (see
@@ -127,9 +134,10 @@ class LlmflowPyfuncModel(PythonModel):
 
 def llm_from_context(context: Any) -> tuple[LLM, bool | None]:
     """The LLM a logged model's `model_config` describes, and its tracing setting."""
-    spec = ModelSpec.parse(context.model_config)
+    artifacts = context.artifacts or {}
+    spec = ModelSpec.parse(context.model_config).with_adapters(artifacts)
     # inside a Spark task: the worker's already-loaded LLM, with threads that fit the task
-    return load_llm(spec, weights_location(spec, context.artifacts or {})), spec.tracing
+    return load_llm(spec, weights_location(spec, artifacts)), spec.tracing
 
 
 def find_llm(model: Any) -> LLM | None:
@@ -182,21 +190,16 @@ def weights_location(spec: ModelSpec, artifacts: dict[str, str]) -> Path:
     return Path(artifacts[WEIGHTS_ARTIFACT])
 
 
-def chunk_dicts(
-    chunks: Iterator[Chunk | dict[str, Any]], timings: RequestTimings | None = None
-) -> Iterator[dict[str, Any]]:
-    """The stream as dicts, the final one with `timings` when given; closing this generator
-    closes (and so cancels) the generation. A dict in the stream (a final chunk with tool calls)
-    goes out as it is."""
+def chunk_dicts(events: Iterator[Event], encoder: MlflowChunksEncoder) -> Iterator[dict[str, Any]]:
+    """A generation's chunk dicts; closing this generator closes (and so cancels) the generation."""
+    chunk = encoder.chunk
     try:
-        for chunk in chunks:
-            body = chunk if isinstance(chunk, dict) else chunk_to_dict(chunk)
-            if timings is not None and "finish_reason" in body:
-                yield {**body, "timings": timings.to_dict()}
-            else:
+        for event in events:
+            body = chunk(event)
+            if body is not None:
                 yield body
     finally:
-        close = getattr(chunks, "close", None)
+        close = getattr(events, "close", None)
         if close is not None:
             close()
 

@@ -1,60 +1,25 @@
-"""MODEL on every command line (`serve`, `chat`, `bench`, `batch`): one parser, one set of rules.
+"""MODEL on every command line (`serve`, `chat`, `bench`, `batch`), loaded.
 
-A model reference is an MLflow model when it is a directory with an `MLmodel` file, or a model
-URI (`models:/chat/1`, `runs:/<id>/model`, `s3://...`, `file:/...`) that is not an existing
-local path; anything else is weights (a GGUF file or a model directory; None is the embedded
-model). `resolve` loads either as a `LoadSpec` says: the weights with it, or a logged llmflow model
-with its fields over what the model recorded (its `model_config`).
+What MODEL names is parsed in one place, `llmflow.model_files.parse_model_ref` (weights, a Hub
+model, or an MLflow model). `resolve` loads it as a `LoadSpec` says: weights (a Hub model's
+downloaded first) with it, or a logged llmflow model with its fields over what the model
+recorded (its `model_config`).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmflow.errors import InvalidParams, ModelNotFound
 from llmflow.load_spec import LoadSpec
+from llmflow.model_files import ModelRef, parse_model_ref
 
 if TYPE_CHECKING:
     from mlflow.pyfunc import PyFuncModel
 
     from llmflow.llm import LLM
-
-_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:/")
-MLMODEL = "MLmodel"
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """What MODEL names: `location` is a local path (expanded) or a URI; None, the embedded model."""
-
-    location: str | None
-    #: an MLflow model (URI or saved model directory), not weights
-    logged: bool
-
-    @property
-    def name(self) -> str:
-        """A client-facing name: `models:/chat/3` -> chat, `runs:/abc/model` -> model, a path -> its
-        name (a weights file keeps its suffix here; the LLM names itself)."""
-        source = self.location or "model"
-        if source.startswith("models:/"):
-            rest = source.removeprefix("models:/").strip("/")
-            return re.split(r"[/@]", rest, maxsplit=1)[0] or "model"
-        return Path(source.rstrip("/")).name or "model"
-
-
-def parse_model_ref(model: str | Path | None) -> ModelRef:
-    if model is None:
-        return ModelRef(None, logged=False)
-    source = str(model)
-    path = Path(source).expanduser()
-    if (path / MLMODEL).is_file():
-        return ModelRef(str(path.resolve()), logged=True)
-    if _URI.match(source) and not path.exists():
-        return ModelRef(source, logged=True)
-    return ModelRef(str(path), logged=False)
 
 
 @dataclass

@@ -5,12 +5,11 @@ and in the final stream chunk). Stream chunks stay `{"content": ...}`: calls are
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from llmflow.mlflow.inputs import Options
-from llmflow.tools import ToolCallChunk, ToolPlan, plan_tools, split_answer, tool_stream
-from llmflow.types import Chunk, Completion, FinishReason, Message
+from llmflow.tools import ToolPlan, plan_tools, split_answer
+from llmflow.types import Completion, FinishReason, Message
 
 if TYPE_CHECKING:
     from llmflow.llm import LLM, PreparedRequest, PromptInput
@@ -53,31 +52,3 @@ def detail_extras(completion: Completion, options: Options, plan: ToolPlan | Non
     if constraint is None or not constraint.is_json or completion.finish_reason is not FinishReason.STOP:
         return {}
     return {"parsed": json.loads(completion.text)}
-
-
-def with_calls(chunks: Iterator[Chunk], plan: ToolPlan | None) -> Iterator[Chunk | ToolCallChunk]:
-    return chunks if plan is None else tool_stream(chunks, plan.format)
-
-
-def call_dicts(items: Iterator[Chunk | ToolCallChunk]) -> Iterator[Chunk | dict[str, Any]]:
-    """Text chunks as they are; call pieces gathered into OpenAI call objects that the final
-    chunk carries (as a dict: `tool_calls`, finish reason `tool_calls`)."""
-    calls: dict[int, dict[str, Any]] = {}
-    for item in items:
-        if isinstance(item, ToolCallChunk):
-            call = calls.setdefault(
-                item.index,
-                {"id": item.id, "type": "function", "function": {"name": item.name, "arguments": ""}},
-            )
-            call["function"]["arguments"] += item.arguments
-        elif item.is_final and calls:
-            assert item.finish_reason is not None and item.usage is not None
-            reason = "tool_calls" if item.finish_reason is FinishReason.STOP else item.finish_reason.value
-            yield {
-                "content": "",
-                "finish_reason": reason,
-                "usage": item.usage.to_dict(),
-                "tool_calls": [calls[i] for i in sorted(calls)],
-            }
-        else:
-            yield item

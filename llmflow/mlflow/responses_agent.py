@@ -26,12 +26,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.pyfunc import ResponsesAgent
 from mlflow.types.responses import ResponsesAgentRequest, ResponsesAgentResponse, ResponsesAgentStreamEvent
 
-from llmflow.llm import collect
+from llmflow.generation import Final
 from llmflow.mlflow.inputs import as_mlflow_error
 from llmflow.mlflow.model import llm_from_context
 from llmflow.responses.request import read_request
 from llmflow.responses.turn import PreparedResponse, prepare_response
-from llmflow.types import Chunk
 
 if TYPE_CHECKING:
     from llmflow.llm import LLM
@@ -62,8 +61,9 @@ class LlmflowResponsesAgent(ResponsesAgent):
 
     def predict(self, request: ResponsesAgentRequest) -> ResponsesAgentResponse:
         prepared = self.prepare(request)
-        completion = collect(self._loaded().stream_prepared(prepared.request))
-        return ResponsesAgentResponse(**prepared.answer(completion))
+        *_, final = self._loaded().start(prepared.generation)
+        assert type(final) is Final
+        return ResponsesAgentResponse(**prepared.answer(final.record))
 
     def predict_stream(
         self, request: ResponsesAgentRequest
@@ -72,10 +72,14 @@ class LlmflowResponsesAgent(ResponsesAgent):
         events = prepared.events
         for event in events.opening():
             yield ResponsesAgentStreamEvent(**event)
-        for item in prepared.pieces(self._loaded().stream_prepared(prepared.request)):
-            final = isinstance(item, Chunk) and item.is_final
-            for event in events.closing(item) if final else events.events_of(item):  # type: ignore[arg-type]
-                yield ResponsesAgentStreamEvent(**event)
+        generation = self._loaded().start(prepared.generation)
+        try:
+            for item in generation:
+                body = events.closing(item.record) if type(item) is Final else events.events_of(item)
+                for event in body:
+                    yield ResponsesAgentStreamEvent(**event)
+        finally:
+            generation.close()
 
     def prepare(
         self, request: ResponsesAgentRequest | Mapping[str, Any], model: str | None = None

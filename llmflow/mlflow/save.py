@@ -8,10 +8,16 @@ signature, pinned pip requirements, and the weights under `artifacts/` (MLflow's
 Reference mode (`by_reference=True`) records the weights' absolute local path instead of copying
 them: logging is instant and needs no extra disk, but the model only loads where that path
 exists with the same files, and MLflow cannot move or serve it anywhere else.
+
+A Hub model (`hf://...`) is downloaded first; the model's metadata (`hf_hub`) records its repo,
+revision, commit and each file's checksum, so a registered model says which upstream weights it
+holds. A split GGUF's other parts and an mmproj file are copied next to the first part.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,11 +26,11 @@ from llmflow import __version__
 from llmflow.engines import engine_class, guess_engine
 from llmflow.errors import InvalidParams
 from llmflow.load_spec import LoadSpec
-from llmflow.mlflow.config import WEIGHTS_ARTIFACT, ModelSpec
+from llmflow.mlflow.config import LORA_ARTIFACT, WEIGHTS_ARTIFACT, ModelSpec
 from llmflow.mlflow.requirements import default_requirements
 from llmflow.mlflow.signature import INPUT_EXAMPLE, OUTPUT_PARAMS, build_signature
 from llmflow.mlflow.weights import copy_weights
-from llmflow.model_files import model_name_of, resolve_model_path
+from llmflow.model_files import model_name_of, parse_model_ref, resolve_model_path
 
 #: the default interface: `{"prompt"}` / `{"messages"}` in, `{"content"}` chunk dicts out
 CHUNKS = "chunks"
@@ -45,6 +51,11 @@ class ModelSource:
     spec: ModelSpec
     weights: Path
     interface: str = CHUNKS
+    #: the files that go with the weights: a split GGUF's other parts and an mmproj file (copied
+    #: beside it), or a Hub model directory's chosen files (copied into it, and only they)
+    companions: tuple[Path, ...] = ()
+    #: what the model metadata records of a Hub model's upstream weights
+    hub: dict[str, Any] | None = None
 
 
 def model_source(
@@ -53,6 +64,7 @@ def model_source(
     by_reference: bool = False,
     tracing: bool | None = None,
     interface: str = CHUNKS,
+    lora: Mapping[str, str | Path] | None = None,
     **options: Any,
 ) -> ModelSource:
     """Check everything that can be checked without loading the weights, and describe the model.
@@ -62,7 +74,7 @@ def model_source(
     Raises llmflow errors (`ModelNotFound`, `UnknownEngine`, `InvalidParams`, `ChatTemplateError`)."""
     if interface not in INTERFACES:
         raise InvalidParams.single("interface", f"must be one of {', '.join(INTERFACES)}; got {interface!r}")
-    weights = resolve_model_path(model).resolve()
+    weights, companions, hub = _weights(model)
     params = dict(options.pop("default_params", None) or {})
     output = {name: params.pop(name) for name in OUTPUT_PARAMS if name in params}
     load = LoadSpec.parse({**options, "default_params": params})
@@ -73,13 +85,46 @@ def model_source(
             **load.model_dump(exclude_unset=True),
             "engine": engine,
             "llmflow_version": __version__,
-            "model_name": model_name_of(weights),
+            "model_name": hub["reference"] if hub else model_name_of(weights),
             "default_output": output or None,
             "weights_path": str(weights) if by_reference else None,
             "tracing": tracing,
+            "lora": _adapters(lora, engine) or None,
         }
     )
-    return ModelSource(spec, weights, interface)
+    return ModelSource(spec, weights, interface, companions, hub)
+
+
+def _adapters(lora: Mapping[str, str | Path] | None, engine: str) -> dict[str, str]:
+    """LoRA adapters to log with the model, name -> local file (copied as artifacts `lora.NAME`
+    unless the model is logged by reference); checked to exist, their names to be plain."""
+    if not lora:
+        return {}
+    if engine not in ("llama_cpp", "llama_cpp_batched"):
+        raise InvalidParams.single("lora", f"the {engine} engine does not apply LoRA adapters")
+    found: dict[str, str] = {}
+    for name, path in lora.items():
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            raise InvalidParams.single(
+                "lora", f"{name!r}: an adapter's name is letters, digits, '_', '.', '-'"
+            )
+        file = Path(path).expanduser().resolve()
+        if not file.is_file():
+            raise InvalidParams.single("lora", f"{name!r}: no adapter file {str(path)!r}")
+        found[name] = str(file)
+    return found
+
+
+def _weights(model: str | Path | None) -> tuple[Path, tuple[Path, ...], dict[str, Any] | None]:
+    """The weights' local path, their companion files and, for a Hub model, its provenance. A Hub
+    model's cached files are links into the cache's blobs: kept as links, so names stay names."""
+    ref = parse_model_ref(model)
+    if ref.hub is None:
+        return resolve_model_path(model).resolve(), (), None
+    from llmflow.hub import fetch
+
+    fetched = fetch(ref.hub)
+    return fetched.path.absolute(), fetched.companions, fetched.provenance()
 
 
 def save_model(
@@ -132,6 +177,8 @@ def save_source(
 
     spec = source.spec
     mlflow_model = mlflow_model if mlflow_model is not None else Model()
+    if source.hub is not None:
+        metadata = {**(metadata or {}), "hf_hub": source.hub}
     requirements = pip_requirements
     if requirements is None:
         requirements = default_requirements(spec.engine) + list(extra_pip_requirements or [])
@@ -183,8 +230,9 @@ def _add_weights_artifact(path: Path, source: ModelSource, mlflow_model: Any, pr
     )
 
     weights = source.weights
-    relative = Path("artifacts", weights.name)
-    copy_weights(weights, path / relative, progress=progress)
+    relative, copies = _weight_copies(source)
+    for file, target in copies:
+        copy_weights(file, path / target, progress=progress)
     flavor = mlflow_model.flavors[FLAVOR_NAME]
     flavor[MODEL_CONFIG] = source.spec.to_config()
     flavor[CONFIG_KEY_ARTIFACTS] = {
@@ -193,5 +241,28 @@ def _add_weights_artifact(path: Path, source: ModelSource, mlflow_model: Any, pr
             CONFIG_KEY_ARTIFACT_URI: str(weights),
         }
     }
+    for name, file in (source.spec.lora or {}).items():  # LoRA adapters travel with the model
+        target = Path("artifacts", "lora", f"{name}.gguf")
+        copy_weights(Path(file), path / target, progress=progress)
+        flavor[MODEL_CONFIG]["lora"][name] = target.as_posix()  # no local path in the MLmodel
+        flavor[CONFIG_KEY_ARTIFACTS][f"{LORA_ARTIFACT}{name}"] = {
+            CONFIG_KEY_ARTIFACT_RELATIVE_PATH: target.as_posix(),
+            CONFIG_KEY_ARTIFACT_URI: str(file),
+        }
     mlflow_model.model_size_bytes = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     mlflow_model.save(str(path / MLMODEL_FILE_NAME))
+
+
+def _weight_copies(source: ModelSource) -> tuple[Path, list[tuple[Path, Path]]]:
+    """The weights' place under `artifacts/` and what to copy where: the weights (a file or a
+    whole directory) and their companions beside a file; a Hub model directory's chosen files
+    alone, under its repo's name (its cached folder is named by a commit, and may hold others)."""
+    weights = source.weights
+    if weights.is_dir() and source.companions and source.hub is not None:
+        relative = Path("artifacts", source.hub["repo"].split("/")[-1])
+        return relative, [(file, relative / file.name) for file in source.companions]
+    relative = Path("artifacts", weights.name)
+    return relative, [
+        (weights, relative),
+        *((file, relative.parent / file.name) for file in source.companions),
+    ]

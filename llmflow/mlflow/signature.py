@@ -19,6 +19,7 @@ from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
 from mlflow.types.schema import Array, Object, Property
 
 from llmflow.params import SamplingParams
+from llmflow.registry_prompts import is_reference
 
 #: params the model takes on top of the sampling params
 STOP_SEQUENCES = "stop_sequences"
@@ -68,7 +69,8 @@ def param_schema(
     specs += [
         ParamSpec("stop", DataType.string, None),
         ParamSpec(STOP_SEQUENCES, DataType.string, list(defaults.stop), (-1,)),
-        ParamSpec(SYSTEM_PROMPT, DataType.string, system_prompt),
+        # a registry prompt is left to the model, which keeps it current: no fixed default here
+        ParamSpec(SYSTEM_PROMPT, DataType.string, None if is_reference(system_prompt) else system_prompt),
         ParamSpec(DETAILS, DataType.boolean, False),
         ParamSpec(RESULT, DataType.string, RESULT_TEXT),
         ParamSpec(TRACE, DataType.boolean, None),

@@ -21,7 +21,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+from llmflow.generation import CallDelta, Final, Text
 from llmflow.observability.timings import RequestTimings
 from llmflow.observability.trace import RequestTrace, close_iterator
 from llmflow.types import CancelToken, Chunk, FinishReason
@@ -39,9 +41,18 @@ class ObservedGeneration:
 
     timings: RequestTimings = field(default_factory=RequestTimings)
     trace: RequestTrace | None = None
+    #: the registry prompt version the request's system prompt was read from (`prompts:/NAME/VERSION`)
+    prompt: str | None = field(default=None, init=False)
     _final_seen: bool = field(default=False, init=False)
     #: set by the first `end()`
     ended: bool = field(default=False, init=False)
+
+    def name_prompt(self, uri: str) -> None:
+        """The request's system prompt came from registry version `uri`: the trace names it
+        (`llmflow.prompt`, before the span starts)."""
+        self.prompt = uri
+        if self.trace is not None:
+            self.trace.attributes["llmflow.prompt"] = uri
 
     def text(self, text: str) -> None:
         """A text chunk was handed over. The per-token path: one clock read, one or two appends."""
@@ -72,18 +83,18 @@ class ObservedGeneration:
             self.trace.end(self.timings, error)
 
 
-class ObservedStream(Iterator[Chunk]):
+class ObservedStream(Iterator[Any]):
     """`chunks` (a generation started with `cancel`), observed into `observed`."""
 
     __slots__ = ("_chunks", "_cancel", "observed", "_started")
 
-    def __init__(self, chunks: Iterator[Chunk], cancel: CancelToken, observed: ObservedGeneration):
+    def __init__(self, chunks: Iterator[Any], cancel: CancelToken, observed: ObservedGeneration):
         self._chunks = chunks
         self._cancel = cancel
         self.observed = observed
         self._started = False
 
-    def __next__(self) -> Chunk:
+    def __next__(self) -> Any:
         """The per-token path: the inner `next`, one clock read, one or two list appends."""
         self._started = True
         try:
@@ -97,12 +108,23 @@ class ObservedStream(Iterator[Chunk]):
         except BaseException:  # KeyboardInterrupt inside the engine: the stream is over
             self.observed.end()
             raise
-        text = chunk.text
-        if text:
-            self.observed.text(text)
+        final = self._final_of(chunk)
+        if final is None:
+            text = self._text_of(chunk)
+            if text:
+                self.observed.text(text)
         else:
-            self._final(chunk)
+            self._final(final)
         return chunk
+
+    @staticmethod
+    def _final_of(chunk: Any) -> Chunk | None:
+        """The generation's end, when `chunk` is it."""
+        return chunk if chunk.finish_reason is not None else None
+
+    @staticmethod
+    def _text_of(chunk: Any) -> str:
+        return chunk.text
 
     def close(self) -> None:
         """Stop early: cancel, drain to the final chunk for the record, close. Idempotent."""
@@ -138,6 +160,25 @@ class ObservedStream(Iterator[Chunk]):
             except Exception as exc:
                 self.observed.end(error=exc)
                 return
-            if chunk.is_final:  # text drained after the stop is not part of the answer
-                self._final(chunk)
+            final = self._final_of(chunk)
+            if final is not None:  # text drained after the stop is not part of the answer
+                self._final(final)
                 return
+
+
+class ObservedEvents(ObservedStream):
+    """A `Generation`'s events (see `llmflow.generation`), observed as `ObservedStream` observes
+    chunks: text and call pieces time the tokens, `Final` ends the record."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _final_of(event: Any) -> Chunk | None:
+        return event.record.final_chunk if type(event) is Final else None
+
+    @staticmethod
+    def _text_of(event: Any) -> str:
+        kind = type(event)
+        if kind is Text:
+            return event.text
+        return event.arguments if kind is CallDelta else ""

@@ -6,7 +6,8 @@ The first explicit choice wins, most specific first:
 2. the model's `tracing` (`log_model(..., tracing=True)`, stored in its `model_config`), or the
    server's `llmflow serve --tracing / --no-tracing`;
 3. otherwise *auto*: on while an MLflow span is active in this thread (llmflow's span then nests
-   in that trace), or when an experiment was chosen explicitly: `mlflow.set_experiment(...)`
+   in that trace), for a server's request whose sampled `traceparent` names the caller's span
+   (continued there, `propagation`), or when an experiment was chosen explicitly: `mlflow.set_experiment(...)`
    (which sets `MLFLOW_EXPERIMENT_ID`) or `MLFLOW_EXPERIMENT_ID` / `MLFLOW_EXPERIMENT_NAME` in
    the environment. Off otherwise, so a model that just streams never writes to a tracking store.
 

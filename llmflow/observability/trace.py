@@ -15,6 +15,9 @@ The span holds:
 
 Status ERROR when the generation failed or timed out; OK otherwise, including a stream stopped
 early (finish reason "cancelled"). Tracing never breaks a generation: MLflow errors are logged.
+
+With a `caller` (the `traceparent` of the HTTP request, `propagation.CallerTrace`), the span is a
+child of the caller's span in the caller's trace rather than the root of a new one.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from llmflow.observability.policy import trace_experiment_id
+from llmflow.observability.propagation import CallerScope, CallerTrace
 from llmflow.observability.timings import RequestTimings
 from llmflow.types import Usage
 
@@ -51,6 +55,8 @@ class RequestTrace:
     #: the span's attributes at its start (those that are None are left out)
     attributes: dict[str, Any] = field(default_factory=dict)
     span_type: str = SPAN_TYPE_LLM
+    #: the caller's trace to continue (a request's `traceparent`), or None
+    caller: CallerTrace | None = None
     #: the answer's text chunks, appended as they pass
     parts: list[str] = field(default_factory=list, init=False)
     #: set when the generation failed without an exception to show (e.g. an error answer)
@@ -59,30 +65,44 @@ class RequestTrace:
     span: Any = field(default=None, init=False)
     _result: Any = field(default=_UNSET, init=False)
     _ended: bool = field(default=False, init=False)
+    _scope: CallerScope | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.attributes = {k: v for k, v in self.attributes.items() if v is not None}
 
     def begin(self, started: float | None = None, parent: Any = None) -> RequestTrace:
         """Start the span, back-dated to `started` (a `time.perf_counter()` reading) when given,
-        as a child of `parent`, else of MLflow's active span, else as a new trace."""
+        as a child of `parent`, else of MLflow's active span, else of the caller's span, else as
+        a new trace."""
         try:
             import mlflow
 
             if parent is None:
                 parent = mlflow.get_current_active_span()
-            self.span = mlflow.start_span_no_context(
-                self.name,
-                span_type=self.span_type,
-                parent_span=parent,
-                inputs=self.inputs,
-                attributes=self.attributes,
-                experiment_id=None if parent is not None else trace_experiment_id(),
-                start_time_ns=None if started is None else wall_time_ns(started),
-            )
+            if parent is None and self.caller is not None:
+                self._scope = CallerScope(self.caller)
+                self.span = self._scope.run(self._start, mlflow, started, None)
+            else:
+                self.span = self._start(mlflow, started, parent)
         except Exception:
             logger.warning("could not start an MLflow trace for %s", self.name, exc_info=True)
+            if self._scope is not None:
+                self._scope.close()
         return self
+
+    def _start(self, mlflow: Any, started: float | None, parent: Any) -> Any:
+        """The span, a child of `parent`, else of the current context (the caller's span inside
+        its scope), else a new trace's root."""
+        root = parent is None and self._scope is None
+        return mlflow.start_span_no_context(
+            self.name,
+            span_type=self.span_type,
+            parent_span=parent,
+            inputs=self.inputs,
+            attributes=self.attributes,
+            experiment_id=trace_experiment_id() if root else None,
+            start_time_ns=None if started is None else wall_time_ns(started),
+        )
 
     def set_result(self, result: Any, *, failed: bool = False) -> None:
         """Outputs that are not a text stream (a batch `predict`, a scoring answer)."""
@@ -112,6 +132,9 @@ class RequestTrace:
             )
         except Exception:
             logger.warning("could not end the MLflow trace of %s", self.name, exc_info=True)
+        finally:
+            if self._scope is not None:
+                self._scope.close()
 
     def _outputs(self, reason: str | None, usage: Usage | None) -> Any:
         if self._result is not _UNSET:

@@ -1,4 +1,4 @@
-"""The Responses API's wire objects for one answer, built from llmflow's chunks.
+"""The Responses API's wire objects for one answer, built from a generation's events.
 
 One builder serves every place that speaks the Responses format: OpenAI's `POST /v1/responses`,
 and an MLflow `ResponsesAgent` (in process, and served at `/invocations` and `/responses`), so
@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmflow.tools import ToolCallChunk
-from llmflow.types import Chunk, FinishReason, Usage
+from llmflow.generation import CallDelta, Event, GenerationRecord, Text
+from llmflow.types import FinishReason, Usage
 
 #: the request fields a response object echoes back, and what it says when a request has none
 #: (`temperature` and `top_p`: the values used, which `turn.prepare_response` puts in the echo)
@@ -144,7 +144,7 @@ class ResponseEvents:
     """The events (dicts) and the whole response object of one answer. Stateful: it numbers the
     events (`sequence_number`), keeps each output item's text for the closing events, and knows
     which item is open. `calls`: the answer may hold function calls (its pieces are text and
-    `ToolCallChunk`s), so its message item opens only if text comes."""
+    call pieces), so its message item opens only if text comes."""
 
     def __init__(self, model: str, echo: Mapping[str, Any] | None = None, *, calls: bool = False):
         self.response_id = new_id("resp")
@@ -204,16 +204,18 @@ class ResponseEvents:
         self._sequence += 1
         return self._sequence - 1
 
-    def events_of(self, item: Chunk | ToolCallChunk) -> list[dict[str, Any]]:
-        """The events of a stream's item that is not its final chunk: a chunk's text, or a
-        piece of a call."""
-        if isinstance(item, ToolCallChunk):
-            return self.piece(item)
+    def events_of(self, event: Event) -> list[dict[str, Any]]:
+        """The events of a generation's event before its end: text, or a piece of a call."""
+        kind = type(event)
+        if kind is CallDelta:
+            return self.piece(event)  # type: ignore[arg-type]
+        if kind is not Text:
+            return []  # a choice's end: the closing events say it
         if self.in_text:
-            return [self.delta(item.text)]
-        return self.piece(item.text) if item.text else []
+            return [self.delta(event.text)]  # type: ignore[union-attr]
+        return self.piece(event.text) if event.text else []  # type: ignore[union-attr]
 
-    def piece(self, piece: str | ToolCallChunk) -> list[dict[str, Any]]:
+    def piece(self, piece: str | CallDelta) -> list[dict[str, Any]]:
         """The events of one piece of an answer with `calls`: text (the message item opens at
         the first), or a piece of a call (its item opens at its first piece, closing the item
         before it)."""
@@ -235,15 +237,16 @@ class ResponseEvents:
             )
         return events
 
-    def closing(self, final: Chunk) -> list[dict[str, Any]]:
+    def closing(self, record: GenerationRecord) -> list[dict[str, Any]]:
         """Everything after the answer's last piece: the open item's closing events, then
         `response.completed` (or `response.incomplete`) that carries the whole response and
         its usage. An answer with `calls` that wrote nothing still has its (empty) message."""
-        assert final.finish_reason is not None and final.usage is not None
-        status, _ = status_of(final.finish_reason)
+        reason, usage = record.choices[0].finish_reason, record.usage
+        assert reason is not None and usage is not None
+        status, _ = status_of(reason)
         events = self._open_message() if not self._items else []
         events += self._close_open(status)
-        response = self.response(status, final.finish_reason, final.usage, self._output())
+        response = self.response(status, reason, usage, self._output())
         closing_type = "response.completed" if status == "completed" else "response.incomplete"
         return [*events, self._event(closing_type, response=response)]
 
@@ -270,7 +273,7 @@ class ResponseEvents:
             self._event("response.content_part.added", **self._part_position(), part=self._text_part("")),
         ]
 
-    def _open_call(self, piece: ToolCallChunk) -> list[dict[str, Any]]:
+    def _open_call(self, piece: CallDelta) -> list[dict[str, Any]]:
         call = _Call(len(self._items), piece.id or new_id("call"), piece.name or "")
         self._items.append(call)
         self._calls[piece.index] = call
@@ -321,18 +324,20 @@ class ResponseEvents:
         return {"item_id": call.item_id, "output_index": call.output_index}
 
     # -- objects ----------------------------------------------------------------------------------
-    def answer(
-        self, pieces: str | Iterable[str | ToolCallChunk], reason: FinishReason, usage: Usage
-    ) -> dict[str, Any]:
-        """The whole response object of an answer that was not streamed: its text, or (with
-        `calls`) its pieces, through the same steps as a stream."""
+    def answer(self, record: GenerationRecord) -> dict[str, Any]:
+        """The whole response object of an answer that was not streamed, through the same
+        steps as a stream: its text, then (with `calls`) every call it opened."""
         self.opening()
-        for piece in [pieces] if isinstance(pieces, str) else pieces:
-            if self.calls:
-                self.piece(piece)
-            else:
-                self.delta(piece)  # type: ignore[arg-type]
-        return self.closing(Chunk("", reason, usage))[-1]["response"]
+        choice = record.choices[0]
+        text = choice.answer_text if self.calls else choice.text
+        if self.calls:
+            if text:
+                self.piece(text)
+            for index, call in enumerate(choice.all_calls):
+                self.piece(CallDelta(index, call.id, call.name, call.arguments))
+        else:
+            self.delta(text)
+        return self.closing(record)[-1]["response"]
 
     def response(
         self,

@@ -5,15 +5,15 @@ answer through it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmflow.generation import GenerationRecord, GenerationRequest
 from llmflow.llm import LLM, PreparedRequest
 from llmflow.responses.events import ResponseEvents
 from llmflow.responses.request import ResponsesInput
-from llmflow.tools import ToolCallChunk, ToolCallFormat, answer_pieces, tool_stream
-from llmflow.types import Chunk, Completion
+from llmflow.tools import ToolCallFormat
 
 
 @dataclass(frozen=True)
@@ -25,14 +25,14 @@ class PreparedResponse:
     events: ResponseEvents
     calls: ToolCallFormat | None = None
 
-    def pieces(self, chunks: Iterator[Chunk]) -> Iterator[Chunk | ToolCallChunk]:
-        """The answer's chunks, split into text and call pieces when it may hold calls."""
-        return chunks if self.calls is None else tool_stream(chunks, self.calls)
+    @property
+    def generation(self) -> GenerationRequest:
+        """What to generate: the prompt, its answer read for calls when it may hold them."""
+        return GenerationRequest(self.request, calls=self.calls)
 
-    def answer(self, completion: Completion) -> dict[str, Any]:
-        """The whole response object of a completion."""
-        pieces = completion.text if self.calls is None else answer_pieces(completion.text, self.calls)
-        return self.events.answer(pieces, completion.finish_reason, completion.usage)
+    def answer(self, record: GenerationRecord) -> dict[str, Any]:
+        """The whole response object of a generation's record."""
+        return self.events.answer(record)
 
 
 def prepare_response(

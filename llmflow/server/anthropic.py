@@ -3,7 +3,7 @@
 
 A request is read into a chat request's parts (`anthropic_request`), prepared as the chat route
 prepares its own (tool plan, constraint, template; bad input is a 4xx before any byte of the
-answer), generated through the server's pipeline and written by `anthropic_format`. Errors are
+answer), generated as one `Generation` and written by `llmflow.wire.anthropic`. Errors are
 in Anthropic's shape on these paths (`error_answers`); the key may come as `x-api-key`, and
 `anthropic-version` / `anthropic-beta` headers are accepted (and not read).
 """
@@ -18,20 +18,20 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from llmflow.errors import valid_unicode
+from llmflow.generation import GenerationRequest
 from llmflow.llm import LLM, PreparedRequest
 from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT
-from llmflow.server.anthropic_format import PING_EVENT, MessagesFormat
 from llmflow.server.anthropic_request import count_tokens, read_request
 from llmflow.server.anthropic_schemas import CountTokensRequest, MessagesRequest
 from llmflow.server.event_stream import EventStream
 from llmflow.server.model_registry import model_for
 from llmflow.server.openai import llm_for, prepare
-from llmflow.server.pipeline import collect, observe, stream_events
-from llmflow.server.running import start_generation
+from llmflow.server.pipeline import observe
 from llmflow.server.state import ModelState
-from llmflow.tools import ToolCallFormat, split_answer, tool_stream
-from llmflow.types import CancelToken
+from llmflow.server.transport import events, serve, start
+from llmflow.tools import ToolCallFormat
+from llmflow.wire.anthropic import PING_EVENT, MessagesEncoder
 
 router = APIRouter(prefix="/v1", tags=["Anthropic"])
 
@@ -112,18 +112,12 @@ async def _answer(
     calls: ToolCallFormat | None,
 ) -> Response:
     """Generate, and write the events as they come or the whole Message at the end."""
-    cancel = CancelToken()
     observed = observe(
         state, timings, MESSAGES_SPAN, lambda: body.model_dump(exclude_unset=True), span_type=SPAN_TYPE_CHAT
     )
-    fmt = MessagesFormat(state.served.name, len(prepared.prompt_ids), body.stop_sequences or ())
-    source: Any = lambda: llm.stream_prepared(prepared, cancel)  # noqa: E731
-    if body.stream and calls is not None:
-        source = lambda: tool_stream(llm.stream_prepared(prepared, cancel), calls)  # noqa: E731
-    generation = await start_generation(state, source, observed, request.receive, fmt.final_of, cancel)
+    encoder = MessagesEncoder(state.served.name, len(prepared.prompt_ids), body.stop_sequences or ())
+    generation = await start(state, llm, GenerationRequest(prepared, calls=calls), observed, request.receive)
     if body.stream:
-        events = stream_events(generation, fmt, done=b"")
-        return EventStream(events, on_close=generation.close, ping=PING_EVENT)
-    [completion] = await collect(generation, request.receive)
-    text, made = split_answer(completion.text, calls) if calls is not None else (completion.text, [])
-    return JSONResponse(fmt.answer(completion, text, made))
+        stream = events(generation, encoder, done=b"")
+        return EventStream(stream, on_close=generation.close, ping=PING_EVENT)
+    return await serve(generation, encoder, stream=False, receive=request.receive)

@@ -16,10 +16,25 @@ from fastapi.routing import APIRoute
 from starlette.middleware.cors import CORSMiddleware
 
 from llmflow import __version__
-from llmflow.server import anthropic, embeddings, health, invocations, openai, playground, responses, tokens
+from llmflow.server import (
+    anthropic,
+    embeddings,
+    health,
+    invocations,
+    lora,
+    openai,
+    playground,
+    responses,
+    tokens,
+)
 from llmflow.server.error_answers import EXCEPTION_HANDLERS
 from llmflow.server.metrics import ServerMetrics
-from llmflow.server.middleware import ApiKeyMiddleware, BodyLimitMiddleware, ResponseCounterMiddleware
+from llmflow.server.middleware import (
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    ResponseCounterMiddleware,
+    TraceContextMiddleware,
+)
 from llmflow.server.model_config import ModelConfig
 from llmflow.server.model_registry import ModelLeases, ModelRegistry
 from llmflow.server.response_store import ResponseStore
@@ -36,6 +51,7 @@ ROUTERS = (
     anthropic.router,
     embeddings.router,
     tokens.router,
+    lora.router,
     invocations.router,
 )
 
@@ -106,8 +122,10 @@ def _as_model(item: Any, settings: ServerSettings) -> ServedModel | ModelConfig:
 
 
 def _add_middleware(app: FastAPI, state: ServerState) -> None:
-    """Added innermost first: model leases, body limit, API key, CORS, response counter (outermost)."""
+    """Added innermost first: trace context, model leases, body limit, API key, CORS, response
+    counter (outermost)."""
     settings = state.settings
+    app.add_middleware(TraceContextMiddleware)
     app.add_middleware(ModelLeases, registry=state.models)
     app.add_middleware(
         BodyLimitMiddleware, limit=settings.max_body_bytes, read_timeout_s=settings.read_timeout_s

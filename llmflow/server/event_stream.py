@@ -16,7 +16,6 @@ import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-DONE = b"data: [DONE]\n\n"
 #: a comment line: clients skip it, proxies see a live connection
 PING = b": ping\n\n"
 PING_INTERVAL_S = 15.0
@@ -26,10 +25,6 @@ _HEADERS = [
     (b"cache-control", b"no-store"),
     (b"x-accel-buffering", b"no"),  # nginx: pass each event on at once
 ]
-
-
-def event(payload_json: str) -> bytes:
-    return b"data: " + payload_json.encode() + b"\n\n"
 
 
 async def wait_for_disconnect(receive: Receive) -> None:

@@ -40,21 +40,23 @@ from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive
 
 from llmflow.errors import LlmflowError, ModelNotFound, UnknownModel, UnsupportedEndpoint
-from llmflow.mlflow.output import call_dicts, with_calls
+from llmflow.generation import GenerationRecord, GenerationRequest
 from llmflow.observability import RequestTimings
 from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
-from llmflow.server.mlflow_format import ChunkDictFormat, LlmflowChunkFormat
+from llmflow.server.mlflow_format import ChunkDictEncoder
 from llmflow.server.model_registry import model_for
-from llmflow.server.openai_format import StreamFormat
-from llmflow.server.pipeline import NOTHING_READ, collect, observe, stream_events
+from llmflow.server.pipeline import collect, observe
 from llmflow.server.responses import answer_agent, pop_stream_flag
 from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.state import ModelState
-from llmflow.tools import ToolPlan, split_answer
+from llmflow.server.transport import NOTHING_READ, events, start, with_prompt_header
+from llmflow.tools import ToolPlan
 from llmflow.types import CancelToken, Completion
+from llmflow.wire.mlflow_chunks import MlflowChunksEncoder
+from llmflow.wire.openai import ChatEncoder
 
 if TYPE_CHECKING:
     from llmflow.llm import PreparedRequest
@@ -283,15 +285,12 @@ def _chat_completion(
 ) -> dict[str, Any]:
     """A conversation's answer as OpenAI's `chat.completion`, its calls in `message.tool_calls`."""
     (row,) = call.generated
-    splits = None if row.plan is None else [split_answer(completion.text, row.plan.format)]
-    fmt = StreamFormat(
-        chat=True,
-        model=model,
-        include_usage=False,
-        with_timings=bool(timed),
-        with_logprobs=row.request.params.logprobs is not None,
+    calls = None if row.plan is None else row.plan.format
+    record = GenerationRecord.of_completion(completion, calls, timed[0] if timed else RequestTimings())
+    encoder = ChatEncoder(
+        model=model, with_timings=bool(timed), with_logprobs=row.request.params.logprobs is not None
     )
-    return fmt.answer([completion], timed[0] if timed else RequestTimings(), splits=splits)
+    return encoder.whole(record)
 
 
 async def _stream(
@@ -314,8 +313,8 @@ async def _stream(
         observed.decide("error")
         generation.close()
         return _error_answer(exc)
-    events = stream_events(generation, ChunkDictFormat(), first)
-    return EventStream(events, on_close=generation.close, ping_interval_s=ping_s)
+    stream = events(generation, ChunkDictEncoder(), watch=ChunkDictEncoder.watch, first=first)
+    return EventStream(stream, on_close=generation.close, ping_interval_s=ping_s)
 
 
 async def _stream_llmflow(
@@ -341,18 +340,11 @@ async def _stream_llmflow(
     assert llm is not None
     inputs = {**payload, "stream": True}
     observed = observe(state, timings, INVOCATIONS_SPAN, lambda: inputs, options.trace, python_model.tracing)
-    cancel = CancelToken()
-    fmt = LlmflowChunkFormat(with_timings=options.timings)
-    generation = await start_generation(
-        state,
-        lambda: call_dicts(with_calls(llm.stream_prepared(prepared, cancel), plan)),
-        observed,
-        receive,
-        fmt.final_of,
-        cancel,
-    )
-    events = stream_events(generation, fmt)
-    return EventStream(events, on_close=generation.close, ping_interval_s=ping_s)
+    request = GenerationRequest(prepared, calls=None if plan is None else plan.format)
+    generation = await start(state, llm, request, observed, receive)
+    encoder = MlflowChunksEncoder(with_timings=options.timings)
+    stream = EventStream(events(generation, encoder), on_close=generation.close, ping_interval_s=ping_s)
+    return with_prompt_header(stream, observed)
 
 
 def _parsed(body: str) -> Any:

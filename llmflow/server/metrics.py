@@ -17,10 +17,11 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from llmflow.engines.prompt_cache import CacheStats
+from llmflow.engines.speculation import SpeculationCounts
 from llmflow.observability.timings import RequestTimings
 
 _LATENCY_BUCKETS = (
@@ -64,6 +65,8 @@ class ModelLoad:
     cache_stats: CacheStats | None = None
     #: its estimate (weights and KV cache) while loaded; see `server/memory.py`
     memory_bytes: int = 0
+    #: its engine's speculative draft tokens so far (`Engine.speculation_stats()`), when it speculates
+    speculation: SpeculationCounts | None = None
 
 
 class ServerMetrics:
@@ -196,7 +199,7 @@ class _ModelGauges(Collector):
     def __init__(self, models: Callable[[], Iterable[ModelLoad]]):
         self._models = models
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         families = {
             key: GaugeMetricFamily(name, documentation, labels=[MODEL])
             for key, (name, documentation) in _GAUGES.items()
@@ -206,8 +209,19 @@ class _ModelGauges(Collector):
             "Bytes of saved conversation states, by tier",
             labels=[MODEL, "tier"],
         )
+        proposed = CounterMetricFamily(
+            "llmflow_draft_tokens_proposed", "Speculative draft tokens verified", labels=[MODEL]
+        )
+        accepted = CounterMetricFamily(
+            "llmflow_draft_tokens_accepted",
+            "Speculative draft tokens the model's own samples confirmed (each a forward pass saved)",
+            labels=[MODEL],
+        )
         for load in self._models():
             name = [load.model]
+            if load.speculation is not None:
+                proposed.add_metric(name, load.speculation.proposed)
+                accepted.add_metric(name, load.speculation.accepted)
             if load.cache_stats is not None:
                 cache_bytes.add_metric([load.model, "host"], load.cache_stats.host_bytes)
                 cache_bytes.add_metric([load.model, "disk"], load.cache_stats.disk_bytes)
@@ -221,4 +235,5 @@ class _ModelGauges(Collector):
                 families["free"].add_metric(name, stats.free_sequences)
                 families["generated"].add_metric(name, stats.tokens_generated_total)
         families["cache_bytes"] = cache_bytes
+        yield from (family for family in (proposed, accepted) if family.samples)
         yield from (family for family in families.values() if family.samples)  # absent, as before, when empty

@@ -1,5 +1,6 @@
 """Plain ASGI middleware (no BaseHTTPMiddleware: it would buffer streams and break disconnects):
-API-key check, request body limit and read timeout, and counting requests by status."""
+API-key check, request body limit and read timeout, counting requests by status, and the
+caller's trace context (`traceparent`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmflow.errors import LlmflowError, RequestReadTimeout, RequestTooLarge, Unauthorized
+from llmflow.observability.propagation import CallerTrace, caller_trace
 from llmflow.server.error_answers import error_response
 from llmflow.server.model_registry import MODEL_KEY
 
@@ -52,6 +54,25 @@ class ApiKeyMiddleware:
             elif name == b"x-api-key" and hmac.compare_digest(value.strip(), self._key):
                 return True
         return False
+
+
+class TraceContextMiddleware:
+    """A request's `traceparent` / `tracestate` as `caller_trace` for the request's task, where
+    `pipeline.observe` reads it. Without the header: one scan of the header list."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        caller = CallerTrace.from_headers(scope["headers"]) if scope["type"] == "http" else None
+        if caller is None:
+            await self.app(scope, receive, send)
+            return
+        token = caller_trace.set(caller)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            caller_trace.reset(token)
 
 
 async def read_body(receive: Receive, limit: int) -> bytes | None:

@@ -3,13 +3,16 @@ from a config file (YAML or TOML) with a list of `models`:
 
     models:
       - name: chat                 # default: derived from `model`, as for a single model
-        model: models:/chat/1      # MODEL as on the command line; omitted: the embedded model
+        model: models:/chat/1      # MODEL as on the command line (hf://ORG/REPO:QUANT too);
+                                   # omitted: the embedded model
         engine: llama_cpp_batched
         engine_options: {n_ctx: 4096}
         parallel: 4
         threads: 2
         max_running: 4             # this model's own admission limits (default: the server's)
         max_queue: 16
+        system_prompt: prompts:/assistant@production   # or the text itself
+        prompt_refresh_s: 30       # how often a registry alias is re-read
 """
 
 from __future__ import annotations
@@ -33,18 +36,25 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str | None = Field(None, min_length=1, description="the name clients send as 'model'")
-    model: str | None = Field(None, description="a model URI, an MLflow model directory or weights")
+    model: str | None = Field(
+        None, description="a model URI, an MLflow model directory, weights or a Hub model (hf://...)"
+    )
     engine: str | None = None
     engine_options: dict[str, Any] = Field(default_factory=dict)
     parallel: int | None = Field(None, ge=1)
     threads: int | None = Field(None, ge=1)
     max_running: int | None = Field(None, ge=1, description="default: the server's --max-running")
     max_queue: int | None = Field(None, ge=0, description="default: the server's --max-queue")
+    system_prompt: str | None = Field(
+        None, description="the default system prompt, or a registry prompt (prompts:/NAME@ALIAS)"
+    )
+    prompt_refresh_s: float | None = Field(None, gt=0, le=86400, description="re-read a registry alias")
 
     def load(self) -> ServedModel:
         """Load it, named `name` (when given) or as the single-model server names its model."""
         from llmflow.server.served import load_served
 
+        prompts = {"system_prompt": self.system_prompt, "prompt_refresh_s": self.prompt_refresh_s}
         return load_served(
             self.model,
             name=self.name,
@@ -52,6 +62,7 @@ class ModelConfig(BaseModel):
             engine_options=self.engine_options,
             parallel=self.parallel,
             threads=self.threads,
+            **{key: value for key, value in prompts.items() if value is not None},
         )
 
     def expected_name(self) -> str:
@@ -62,7 +73,9 @@ class ModelConfig(BaseModel):
         from llmflow.model_files import model_name_of, resolve_model_path
 
         ref = parse_model_ref(self.model)
-        return ref.name if ref.logged else model_name_of(resolve_model_path(ref.location))
+        if ref.logged or ref.hub is not None:  # a Hub model goes by its reference, downloaded or not
+            return ref.name
+        return model_name_of(resolve_model_path(ref.location))
 
     def local_path(self) -> Path | None:
         """The weights file or model directory it loads from (the embedded model's when `model`

@@ -83,6 +83,7 @@ class ModelSlot:
             waiting=state.admission.waiting,
             engine_stats=engine.stats() if engine is not None else None,
             cache_stats=engine.cache_stats() if engine is not None else None,
+            speculation=engine.speculation_stats() if engine is not None else None,
             memory_bytes=self.memory_bytes,
         )
 
@@ -139,6 +140,8 @@ class ModelRegistry:
         if name is None:
             return self.default
         found = self._slots.get(name)
+        if found is None and ":" in name:  # BASE:ADAPTER, a LoRA adapter of a served model
+            found = self._slots.get(name.rsplit(":", 1)[0])
         if found is None:
             raise UnknownModel(name, self.names)
         return found
@@ -273,6 +276,13 @@ class ModelRegistry:
 
     async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await asyncio.gather(*(state.shutdown(grace_s) for state in self.loaded()))
+
+
+def adapter_named(name: str | None, served: str) -> str | None:
+    """The LoRA adapter a request's `model` names as `served:ADAPTER`, else None."""
+    if name is None or name == served or not name.startswith(f"{served}:"):
+        return None
+    return name[len(served) + 1 :]
 
 
 async def model_for(request: Request, name: str | None) -> ModelState:

@@ -11,26 +11,21 @@ an MLflow trace whose span holds the request, the whole answer, usage and timing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from llmflow.choices import stream_choices
 from llmflow.constraints import Constraint
 from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest, UnsupportedEndpoint, valid_unicode
+from llmflow.generation import GenerationRequest
 from llmflow.llm import LLM, PreparedRequest
 from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.prompts import parse_messages
-from llmflow.server import openai_format
-from llmflow.server.event_stream import EventStream
-from llmflow.server.model_registry import model_for
-from llmflow.server.openai_format import ChoicesFormat, StreamFormat, ToolStreamFormat
-from llmflow.server.pipeline import collect, observe, stream_events
-from llmflow.server.running import start_generation
+from llmflow.server.model_registry import adapter_named, model_for
+from llmflow.server.pipeline import observe
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
     ChatCompletion,
@@ -43,13 +38,26 @@ from llmflow.server.schemas import (
     error_responses,
 )
 from llmflow.server.state import ModelState, get_state
-from llmflow.tools import ToolPlan, parse_tool_choice, parse_tools, plan_tools, split_answer, tool_stream
-from llmflow.types import CancelToken, Chunk, Message
+from llmflow.server.transport import serve, start
+from llmflow.tools import ToolPlan, parse_tool_choice, parse_tools, plan_tools
+from llmflow.types import Message
+from llmflow.wire.openai import ChatEncoder, CompletionsEncoder, model_card, model_list
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
 _GENERATION_ERRORS = error_responses(400, 401, 404, 413, 429, 503, 504)
-_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "stop", "seed")
+_SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "stop",
+    "seed",
+    "lora",
+    "lora_scale",
+    "speculative",
+)
 
 
 def _stream_doc(model: type) -> dict[int | str, dict[str, Any]]:
@@ -71,7 +79,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     state = await model_for(request, body.model)
     llm = llm_for(state)
     max_tokens = body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens
-    params = _sampling_params(llm, body, max_tokens=max_tokens, max_n=state.settings.max_n)
+    params = _sampling_params(state, body, max_tokens=max_tokens)
     messages = parse_messages([_message_dict(message) for message in body.messages])
     plan = _tool_plan(llm, body, messages)
     constraint = _one_constraint(_output_constraint(body), plan.constraint)
@@ -97,7 +105,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     timings = RequestTimings()
     state = await model_for(request, body.model)
     llm = llm_for(state)
-    params = _sampling_params(llm, body, max_tokens=body.max_tokens, max_n=state.settings.max_n)
+    params = _sampling_params(state, body, max_tokens=body.max_tokens)
     constraint = _output_constraint(body)
     prepared = await prepare(llm, _single_prompt(body.prompt), params, raw=True, constraint=constraint)
     return await _answer(state, request, llm, prepared, body, timings, chat=False)
@@ -106,14 +114,20 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 @router.get("/models", response_model=ModelList, responses=error_responses(401))
 async def list_models(request: Request) -> JSONResponse:
     state = get_state(request)
-    return JSONResponse(openai_format.model_list(state.models.names, state.created))
+    adapters = [
+        f"{m.served.name}:{a}"
+        for m in state.models.loaded()
+        if m.served.llm
+        for a in m.served.llm.engine.lora_names
+    ]
+    return JSONResponse(model_list([*state.models.names, *adapters], state.created))
 
 
 @router.get("/models/{model}", response_model=ModelCard, responses=error_responses(401, 404))
 async def get_model(model: str, request: Request) -> JSONResponse:
     state = get_state(request)
     name = state.models.slot(model).name  # a model not served: 404 (it is not loaded for this)
-    return JSONResponse(openai_format.model_card(name, state.created))
+    return JSONResponse(model_card(name, state.created))
 
 
 # -- request checks -----------------------------------------------------------------------------
@@ -128,12 +142,16 @@ def llm_for(state: ModelState) -> LLM:
 
 
 def _sampling_params(
-    llm: LLM, body: ChatCompletionRequest | CompletionRequest, max_tokens: int | None, max_n: int
+    state: ModelState, body: ChatCompletionRequest | CompletionRequest, max_tokens: int | None
 ) -> SamplingParams:
-    problems = _unsupported_fields(body, max_n)
+    llm = llm_for(state)
+    problems = _unsupported_fields(body, state.settings.max_n)
     if problems:
         raise InvalidRequest(problems)
     values = {name: getattr(body, name) for name in _SAMPLING_FIELDS if getattr(body, name) is not None}
+    adapter = adapter_named(body.model, state.served.name)
+    if adapter is not None and body.lora is None:
+        values["lora"] = adapter
     if max_tokens is not None:
         values["max_tokens"] = max_tokens
     values["logprobs"] = _logprobs(body)
@@ -263,35 +281,18 @@ async def _answer(
     chat: bool,
     plan: ToolPlan | None = None,
 ) -> Response:
-    cancel = CancelToken()
-    calls = plan.format if plan is not None and plan.active else None
     name, span_type = (
         ("llmflow.chat_completions", SPAN_TYPE_CHAT) if chat else ("llmflow.completions", SPAN_TYPE_LLM)
     )
     observed = observe(state, timings, name, lambda: body.model_dump(exclude_unset=True), span_type=span_type)
     n = body.n or 1
-    options: dict[str, Any] = {
-        "chat": chat,
-        "model": state.served.name,
-        "include_usage": bool(body.stream_options and body.stream_options.include_usage),
-        "with_timings": bool(body.timings),
-        "with_logprobs": prepared.params.logprobs is not None,
-    }
-    # streamed function calls: each choice's text split into text and call pieces as it comes
-    split: Callable[[Iterator[Chunk]], Iterator[Any]] | None = None
-    if calls is not None and body.stream:
-        split = lambda chunks: tool_stream(chunks, calls)  # noqa: E731
-    if n == 1:
-        fmt: StreamFormat = StreamFormat(**options) if split is None else ToolStreamFormat(**options)
-        source: Callable[[], Iterator[Any]] = lambda: llm.stream_prepared(prepared, cancel)  # noqa: E731
-        if split is not None:
-            source = lambda: split(llm.stream_prepared(prepared, cancel))  # noqa: E731
-    else:
-        fmt = ChoicesFormat(**options, n=n)
-        source = lambda: stream_choices(llm, prepared, n, cancel, split=split)  # noqa: E731
-    generation = await start_generation(state, source, observed, request.receive, fmt.final_of, cancel)
-    if body.stream:
-        return EventStream(stream_events(generation, fmt), on_close=generation.close)
-    completions = await collect(generation, request.receive, n)
-    splits = [split_answer(c.text, calls) for c in completions] if calls is not None else None
-    return JSONResponse(fmt.answer(completions, timings, splits=splits))
+    encoder = (ChatEncoder if chat else CompletionsEncoder)(
+        model=state.served.name,
+        n=n,
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        with_timings=bool(body.timings),
+        with_logprobs=prepared.params.logprobs is not None,
+    )
+    calls = plan.format if plan is not None and plan.active else None
+    generation = await start(state, llm, GenerationRequest(prepared, n, calls), observed, request.receive)
+    return await serve(generation, encoder, stream=bool(body.stream), receive=request.receive)

@@ -35,13 +35,12 @@ from llmflow.responses.turn import PreparedResponse, prepare_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
 from llmflow.server.model_registry import model_for
 from llmflow.server.openai import llm_for
-from llmflow.server.pipeline import collect, observe, stream_events
+from llmflow.server.pipeline import observe
 from llmflow.server.response_store import ResponseStore, StoredResponse
-from llmflow.server.responses_format import ResponsesFormat
-from llmflow.server.running import start_generation
 from llmflow.server.schemas import SSE_DESCRIPTION, ResponsesRequest, error_responses
 from llmflow.server.state import ModelState, get_state
-from llmflow.types import CancelToken
+from llmflow.server.transport import events, serve, start
+from llmflow.wire.responses import ResponsesEncoder
 
 router = APIRouter(tags=["Responses"])
 
@@ -269,21 +268,12 @@ async def answer(
     """Generate and write the answer in the Responses format, streamed (text and call pieces
     as they come, with SSE comments every `ping_s` while idle) or whole; `on_end` is handed the
     final response object of an answer that ended (not of one cut by an error)."""
-    cancel = CancelToken()
     observed = observe(state, timings, RESPONSES_SPAN, lambda: inputs, span_type=SPAN_TYPE_CHAT)
-    fmt = ResponsesFormat(prepared.events, on_end)
+    encoder = ResponsesEncoder(prepared.events, on_end)
+    generation = await start(state, llm, prepared.generation, observed, request.receive)
     if stream:
-        source = lambda: prepared.pieces(llm.stream_prepared(prepared.request, cancel))  # noqa: E731
-    else:
-        source = lambda: llm.stream_prepared(prepared.request, cancel)  # noqa: E731
-    generation = await start_generation(state, source, observed, request.receive, fmt.final_of, cancel)
-    if stream:
-        return EventStream(stream_events(generation, fmt), on_close=generation.close, ping_interval_s=ping_s)
-    [completion] = await collect(generation, request.receive)
-    response = prepared.answer(completion)
-    if on_end is not None:
-        on_end(response)
-    return JSONResponse(response)
+        return EventStream(events(generation, encoder), on_close=generation.close, ping_interval_s=ping_s)
+    return await serve(generation, encoder, stream=False, receive=request.receive)
 
 
 def _llmflow_error(exc: Exception) -> Exception:

@@ -16,7 +16,7 @@ from llmflow.errors import ClientDisconnected, RequestTimeout
 from llmflow.observability import ObservedGeneration, traced
 from llmflow.server.event_stream import wait_for_disconnect
 from llmflow.server.state import ModelState
-from llmflow.server.worker import ThreadedStream
+from llmflow.server.worker import PushedStream, ThreadedStream
 from llmflow.types import CancelToken, Chunk
 
 T = TypeVar("T")
@@ -36,7 +36,7 @@ class RunningGeneration(Generic[T]):
     def __init__(
         self,
         state: ModelState,
-        stream: ThreadedStream[T],
+        stream: ThreadedStream[T] | PushedStream[T],
         observed: ObservedGeneration,
         final_of: FinalOf,
         remaining_s: float,
@@ -89,10 +89,13 @@ async def start_generation(
     receive: Receive,
     final_of: FinalOf = no_final,
     cancel: CancelToken | None = None,
+    *,
+    on_loop: bool = False,
 ) -> RunningGeneration[T]:
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
-    then start `make_iterator()` in a worker thread; `cancel` is what stops it early, when the
-    source takes one. `observed` is ended when the generation is over; its trace, when it has
+    then start `make_iterator()` in a worker thread, or on the loop with `on_loop` (an engine
+    that pushes its tokens: `PushedStream`, which needs `cancel`); `cancel` is what stops it
+    early, when the source takes one. `observed` is ended when the generation is over; its trace, when it has
     one, is begun and active in the worker (`traced`); `final_of` finds the final chunk among the
     items. A client that disconnects while waiting (`receive`) leaves the queue
     (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
@@ -105,7 +108,10 @@ async def start_generation(
     if observed.trace is not None:
         make_iterator = partial(traced, observed.trace, make_iterator, timings.arrived)
     try:
-        stream = ThreadedStream(make_iterator, state.executor, cancel)
+        if on_loop and cancel is not None:
+            stream: ThreadedStream[T] | PushedStream[T] = PushedStream(make_iterator, cancel)
+        else:
+            stream = ThreadedStream(make_iterator, state.executor, cancel)
     except BaseException:
         state.admission.release()
         raise

@@ -1,5 +1,5 @@
 """OpenAI request and response bodies, as pydantic models: they validate requests and they are what
-the OpenAPI document shows. Responses are built as plain dicts on the hot path (see `openai_format`)."""
+the OpenAPI document shows. Responses are built as plain dicts on the hot path (see `llmflow.wire`)."""
 
 from __future__ import annotations
 
@@ -96,6 +96,15 @@ class _GenerationRequest(ClosedModel):
     repetition_penalty: float | None = Field(None, description="llmflow extension; 1 = off")
     stop: str | list[str] | None = None
     seed: int | None = None
+    lora: str | None = Field(
+        None, description="llmflow extension: a loaded LoRA adapter's name (or send `model` as BASE:ADAPTER)"
+    )
+    lora_scale: float | None = Field(None, description="llmflow extension: the adapter's weight (default 1)")
+    speculative: bool | None = Field(
+        None,
+        description="llmflow extension: false opts out of speculative decoding (prompt lookup), "
+        "where the engine has it on; the answer is the same either way",
+    )
     n: int | None = Field(1, description="answers to generate (up to the server's --max-n); usage counts all")
     frequency_penalty: float | None = Field(None, description="only 0 is supported")
     presence_penalty: float | None = Field(None, description="only 0 is supported")

@@ -1,8 +1,16 @@
-"""A blocking iterator (a generation) run in a worker thread and read from the event loop.
+"""A generation's iterator, run apart from the code that reads it on the event loop.
 
-A generation never runs on the loop. Each item costs the loop one `call_soon_threadsafe`; the worker
-never waits for the loop, so a slow client never slows decoding down (items queue up instead,
-bounded by max_tokens).
+`ThreadedStream` runs it in a worker thread: for engines that compute in the reader's thread (one
+generation at a time) and for other models' streams. Each item costs the loop one
+`call_soon_threadsafe`.
+
+`PushedStream` runs it on the loop itself, for an engine whose tokens come from a scheduler
+thread through mailboxes (`Engine.pushes_tokens`, see `llmflow.engines.handoff`): the iterator
+runs in a greenlet that gives the loop back wherever it would wait for a token, so a stream
+needs no thread, and a step's tokens for every stream cost the loop one hand-off.
+
+Either way the producer never waits for the reader, so a slow client never slows decoding down
+(items queue up instead, bounded by max_tokens).
 """
 
 from __future__ import annotations
@@ -13,8 +21,10 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, TypeVar
 
+from llmflow.engines.handoff import LoopGreenlet
 from llmflow.observability.trace import close_iterator
 from llmflow.types import CancelToken
 
@@ -30,44 +40,32 @@ class _Failure:
     error: BaseException
 
 
-class ThreadedStream(Generic[T], AsyncIterator[T]):
-    """Runs `make_iterator()` and iterates it in `executor`; `async for` yields its items.
+class _Relayed(Generic[T], AsyncIterator[T]):
+    """What both streams share: the reader's queue on the loop, the producing loop (items, then
+    a failure or the end), and the reader's side (`async for`, `fail`). `last` is the last item
+    produced; `exhausted`: the iterator ended by itself (not stopped, not failed)."""
 
-    `stop()` raises `cancel` when there is one (an engine then stops between two tokens and the
-    stream ends with its final chunk); otherwise the worker stops after the item it is producing.
-    The iterator is closed in the worker thread, which frees the engine. `done` resolves when the
-    worker has fully finished; `last` is the last item the worker produced.
-    """
-
-    def __init__(
-        self,
-        make_iterator: Callable[[], Iterator[T]],
-        executor: Executor,
-        cancel: CancelToken | None = None,
-    ):
-        self._loop = asyncio.get_running_loop()
+    def __init__(self) -> None:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._stopped = threading.Event()
-        self._cancel = cancel
         self.last: T | None = None
-        #: True when the iterator ended by itself (not stopped, not failed)
         self.exhausted = False
         self.failure: BaseException | None = None
-        self.done: asyncio.Future[None] = self._loop.run_in_executor(executor, self._run, make_iterator)
 
-    # -- worker thread ------------------------------------------------------------------------
-    def _run(self, make_iterator: Callable[[], Iterator[T]]) -> None:
+    def _relay(
+        self,
+        make_iterator: Callable[[], Iterator[T]],
+        put: Callable[[Any], None],
+        stopping: Callable[[], bool] | None = None,
+    ) -> None:
+        """Make and read the iterator, each item to `put`; stop early when `stopping()` (only for
+        a source without a cancel token: one with it ends by itself, with its final item)."""
         iterator: Iterator[T] | None = None
-        put = self._put
         try:
             iterator = make_iterator()
-            # With a cancel token the source stops by itself within a token and ends with its
-            # final item (usage); without one, the worker stops reading after the current item.
-            drain = self._cancel is not None
             for item in iterator:
                 self.last = item
                 put(item)
-                if not drain and self._stopped.is_set():
+                if stopping is not None and stopping():
                     break
             else:
                 self.exhausted = True
@@ -81,13 +79,6 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
                 logger.exception("closing a generation failed")
             put(_END)
 
-    def _put(self, item: Any) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-        except RuntimeError:  # the loop is closed: nobody is reading any more
-            self._stopped.set()
-
-    # -- event loop -----------------------------------------------------------------------------
     async def __anext__(self) -> T:
         item = await self._queue.get()
         if item is _END:
@@ -98,9 +89,44 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
         return item
 
     def fail(self, error: BaseException) -> None:
-        """Make the reader raise `error` next (e.g. a timeout), and stop the worker."""
+        """Make the reader raise `error` next (e.g. a timeout), and stop the generation."""
         self._queue.put_nowait(_Failure(error))
         self.stop()
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class ThreadedStream(_Relayed[T]):
+    """Runs `make_iterator()` and iterates it in `executor`; `async for` yields its items.
+
+    `stop()` raises `cancel` when there is one (an engine then stops between two tokens and the
+    stream ends with its final chunk); otherwise the worker stops after the item it is producing.
+    The iterator is closed in the worker thread, which frees the engine. `done` resolves when the
+    worker has fully finished.
+    """
+
+    def __init__(
+        self,
+        make_iterator: Callable[[], Iterator[T]],
+        executor: Executor,
+        cancel: CancelToken | None = None,
+    ):
+        super().__init__()
+        self._loop = asyncio.get_running_loop()
+        self._stopped = threading.Event()
+        self._cancel = cancel
+        stopping = None if cancel is not None else self._stopped.is_set
+        self.done: asyncio.Future[None] = self._loop.run_in_executor(
+            executor, self._relay, make_iterator, self._put, stopping
+        )
+
+    def _put(self, item: Any) -> None:
+        """From the worker thread: one `call_soon_threadsafe` per item."""
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is reading any more
+            self._stopped.set()
 
     def stop(self) -> None:
         if self._stopped.is_set():
@@ -112,3 +138,35 @@ class ThreadedStream(Generic[T], AsyncIterator[T]):
     @property
     def stopped(self) -> bool:
         return self._stopped.is_set()
+
+
+class PushedStream(_Relayed[T]):
+    """`ThreadedStream`'s contract, with `make_iterator()` run on the loop in a `LoopGreenlet`:
+    a task switches into it, and awaits the future it hands back when its token stream is empty.
+    `stop()` raises `cancel` (required: the engine then ends the stream within a token, with its
+    final item); `done` resolves once the iterator is closed."""
+
+    def __init__(self, make_iterator: Callable[[], Iterator[T]], cancel: CancelToken):
+        super().__init__()
+        loop = asyncio.get_running_loop()
+        self._cancel = cancel
+        self._stopped = False
+        # the items go straight into the reader's queue: the greenlet runs on the loop's thread
+        self._greenlet = LoopGreenlet(partial(self._relay, make_iterator, self._queue.put_nowait), loop)
+        self.done: asyncio.Future[None] = loop.create_task(self._drive())
+
+    async def _drive(self) -> None:
+        """Switch into the iterator's greenlet until it has finished, awaiting what it waits for."""
+        waiting = self._greenlet.switch()
+        while waiting is not None:
+            await waiting
+            waiting = self._greenlet.switch()
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self._cancel.cancel()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped

@@ -5,7 +5,7 @@ answer gets, and splits the answer into text and calls in the model's own format
 from llmflow.tools.formats import ToolCallFormat, format_for
 from llmflow.tools.plan import ToolPlan, plan_tools
 from llmflow.tools.spec import Tool, ToolChoice, parse_tool_choice, parse_tools
-from llmflow.tools.stream import ToolCallChunk, answer_pieces, split_answer, tool_stream
+from llmflow.tools.stream import AnswerSplitter, ToolCallChunk, split_answer, tool_stream
 
 __all__ = [
     "Tool",
@@ -13,7 +13,7 @@ __all__ = [
     "ToolCallFormat",
     "ToolChoice",
     "ToolPlan",
-    "answer_pieces",
+    "AnswerSplitter",
     "format_for",
     "parse_tool_choice",
     "parse_tools",

@@ -66,6 +66,12 @@ class AnswerSplitter:
         return [ToolCall(self._id(c.index), c.name or "", "".join(c.arguments)) for c in done]
 
     @property
+    def opened_calls(self) -> list[ToolCall]:
+        """Every call the answer opened with a name, the last possibly cut short."""
+        named = [c for c in self._scanner.calls if c.name is not None]
+        return [ToolCall(self._id(c.index), c.name or "", "".join(c.arguments)) for c in named]
+
+    @property
     def in_calls(self) -> bool:
         return self._mode == "calls"
 
@@ -102,11 +108,14 @@ def _partial_suffix(text: str, marker: str) -> int:
     return 0
 
 
-def tool_stream(chunks: Iterator[Chunk], fmt: ToolCallFormat) -> Iterator[Chunk | ToolCallChunk]:
+def tool_stream(
+    chunks: Iterator[Chunk], fmt: ToolCallFormat, splitter: AnswerSplitter | None = None
+) -> Iterator[Chunk | ToolCallChunk]:
     """Text chunks and call pieces, then the stream's final chunk as it was. A reasoning model's
     thinking (`Chunk.reasoning`) passes through as it came; tokens' logprobs go with the next
-    text that comes out (held back text keeps them until it does; a call's tokens have none)."""
-    splitter = AnswerSplitter(fmt)
+    text that comes out (held back text keeps them until it does; a call's tokens have none).
+    `splitter`: one of the caller's, to read the calls from once the stream has ended."""
+    splitter = splitter or AnswerSplitter(fmt)
     logprobs: tuple[TokenLogprob, ...] = ()
     for chunk in chunks:
         if chunk.reasoning and not chunk.text and not chunk.is_final:
@@ -123,13 +132,6 @@ def tool_stream(chunks: Iterator[Chunk], fmt: ToolCallFormat) -> Iterator[Chunk 
         if chunk.is_final:
             yield chunk
             return
-
-
-def answer_pieces(text: str, fmt: ToolCallFormat) -> list[str | ToolCallChunk]:
-    """A whole answer as the pieces `tool_stream` would give for it (the Responses API writes
-    every call it opened, a call cut at max_tokens included)."""
-    splitter = AnswerSplitter(fmt)
-    return [*splitter.feed(text), *splitter.finish()]
 
 
 def split_answer(text: str, fmt: ToolCallFormat) -> tuple[str, list[ToolCall]]:

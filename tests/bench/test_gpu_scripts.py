@@ -15,7 +15,6 @@ ROOT = Path(__file__).resolve().parents[2]
     [
         "benchmarks/gpu/bench_llama_cpp_gpu.py",
         "benchmarks/gpu/make_gguf.py",
-        "benchmarks/bench_transformers_gpu.py",
     ],
 )
 def test_gpu_script_starts(script):

@@ -139,3 +139,9 @@ def test_signature_inputs_are_prompt_or_messages():
     inputs = {spec.name: spec for spec in signature.inputs.inputs}
     assert set(inputs) == {"prompt", "messages"}
     assert not inputs["prompt"].required and not inputs["messages"].required
+
+
+@pytest.mark.parametrize("value", [False, np.bool_(False)])
+def test_a_predict_call_opts_out_of_speculation_by_param(value):
+    assert DEFAULTS.speculative is True
+    assert parse_options({"speculative": value}, DEFAULTS).sampling.speculative is False

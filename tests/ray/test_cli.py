@@ -69,20 +69,20 @@ def test_llmflow_serve_on_ray_streams_and_stops_on_a_signal(stop):
             process.wait()
 
 
-def readme_serve_config() -> dict:
-    """The `serve run` / `serve deploy` config file the README shows."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+def documented_serve_config() -> dict:
+    """The `serve run` / `serve deploy` config file the Ray page of the documentation shows."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "ray.md").read_text(encoding="utf-8")
     block = re.search(r"```yaml\n(# serve_config\.yaml.*?)```", text, re.DOTALL)
-    assert block, "the README's serve_config.yaml example"
+    assert block, "the documentation's serve_config.yaml example"
     return yaml.safe_load(block.group(1))
 
 
-def test_the_readmes_serve_config_is_a_valid_ray_serve_config():
+def test_the_documented_serve_config_is_a_valid_ray_serve_config():
     from ray.serve.schema import ServeDeploySchema
 
     from llmflow.ray.app import RayAppArgs
 
-    config = ServeDeploySchema.parse_obj(readme_serve_config())
+    config = ServeDeploySchema.parse_obj(documented_serve_config())
     (app,) = config.applications
     assert app.import_path == "llmflow.ray:build"
     RayAppArgs.model_validate(app.args)
@@ -98,8 +98,8 @@ def sigint_reaches_children():
     signal.signal(signal.SIGINT, previous)
 
 
-def test_serve_run_with_the_readmes_config_serves_and_stops(tmp_path, sigint_reaches_children):
-    config = readme_serve_config()
+def test_serve_run_with_the_documented_config_serves_and_stops(tmp_path, sigint_reaches_children):
+    config = documented_serve_config()
     port = free_port()
     config["http_options"] = {"host": "127.0.0.1", "port": port}
     args = config["applications"][0]["args"]

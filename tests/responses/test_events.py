@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import json
 
+from llmflow.generation import ChoiceRecord, GenerationRecord
+from llmflow.observability import RequestTimings
 from llmflow.responses.events import ResponseEvents
 from llmflow.tools import ToolCallChunk
-from llmflow.types import Chunk, FinishReason, Usage
+from llmflow.types import FinishReason, ToolCall, Usage
 
 USAGE = Usage(7, 3)
+
+
+def _record(reason: FinishReason, text: str = "", calls: list[ToolCall] | None = None) -> GenerationRecord:
+    """A generation's record: one answer, its text and the calls it opened."""
+    choice = ChoiceRecord(0, parts=[text], finish_reason=reason, usage=USAGE, all_calls=calls or [])
+    return GenerationRecord([choice], RequestTimings(), USAGE, reason)
 
 
 def _stream(reason: FinishReason = FinishReason.STOP) -> list[dict]:
     events = ResponseEvents("smol", {"instructions": "Be brief.", "temperature": 0.0})
     out = events.opening()
     out += [events.delta("Hel"), json.loads(events.delta_json("lo ✓"))]
-    return out + events.closing(Chunk("", reason, USAGE))
+    return out + events.closing(_record(reason))
 
 
 def test_a_stream_is_the_sequence_openai_sends():
@@ -66,7 +74,7 @@ def test_an_answer_cut_by_max_output_tokens_is_incomplete():
 
 def test_a_whole_answer_and_an_error_event():
     events = ResponseEvents("m")
-    answer = events.answer("Hi.", FinishReason.STOP, USAGE)
+    answer = events.answer(_record(FinishReason.STOP, "Hi."))
     assert answer["object"] == "response" and answer["status"] == "completed"
     assert answer["output"][0]["content"][0]["text"] == "Hi." and answer["store"] is False
     error = events.error("broke", "engine_error")
@@ -85,7 +93,7 @@ def _call_stream(pieces: list, reason: FinishReason = FinishReason.STOP) -> list
     out = events.opening()
     for piece in pieces:
         out += events.piece(piece)
-    return out + events.closing(Chunk("", reason, USAGE))
+    return out + events.closing(_record(reason))
 
 
 def test_function_calls_stream_as_openai_streams_them():
@@ -155,5 +163,6 @@ def test_a_whole_answer_with_calls_equals_the_streams_last_event():
         return [{k: v for k, v in item.items() if k != "id"} for item in response["output"]]
 
     streamed = _call_stream(CALLS)[-1]["response"]
-    whole = ResponseEvents("smol", calls=True).answer(CALLS, FinishReason.STOP, USAGE)
+    opened = [ToolCall("call_a", "get_weather", '{"city": "Osaka"}'), ToolCall("call_b", "get_time", "{}")]
+    whole = ResponseEvents("smol", calls=True).answer(_record(FinishReason.STOP, calls=opened))
     assert without_ids(whole) == without_ids(streamed) and whole["status"] == streamed["status"]

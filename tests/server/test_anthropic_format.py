@@ -1,4 +1,5 @@
-"""The Anthropic Messages encoder (`MessagesFormat`) byte for byte: scripted items in, SSE bytes
+"""The Anthropic Messages encoder (`MessagesEncoder`) byte for byte: scripted items in (as the
+streaming core and the call splitter give them, turned into a generation's events), SSE bytes
 out, every event valid against the `anthropic` SDK's types; the whole answer's Message object."""
 
 from __future__ import annotations
@@ -9,22 +10,43 @@ from typing import Any
 import pytest
 
 from llmflow.errors import InvalidRequest, QueueFull, QueueTimeout
+from llmflow.generation import CallDelta, ChoiceEnd, ChoiceRecord, Final, GenerationRecord, Reasoning, Text
 from llmflow.observability import RequestTimings
-from llmflow.server.anthropic_format import MessagesFormat
 from llmflow.tools import ToolCallChunk
 from llmflow.types import Chunk, Completion, FinishReason, ToolCall, Usage
+from llmflow.wire.anthropic import MessagesEncoder
 from tests.server.anthropic_checks import check_stream, checked_error, checked_event, checked_message, frames
 
 STOP, LENGTH = FinishReason.STOP, FinishReason.LENGTH
 ID = "msg_0123456789abcdef01234567"
 
 
-def _stream(items: list[Any], input_tokens: int = 7, stop_sequences: tuple[str, ...] = ()) -> bytes:
-    """What the pipeline's loop writes for `items` (the last one final)."""
-    fmt = MessagesFormat("smol", input_tokens, stop_sequences)
-    fmt.id = ID
+def _events(items: list[Any]) -> list[Any]:
+    """A generation's events for `items` (chunks and call pieces, the last one final)."""
     *body, last = items
-    return fmt.opening() + b"".join(fmt.item(i) for i in body) + fmt.final(last, last, RequestTimings())
+    choice = ChoiceRecord(
+        0, finish_reason=last.finish_reason, usage=last.usage, stop_sequence=last.stop_sequence
+    )
+    calls: dict[int, list[Any]] = {}
+    events: list[Any] = []
+    for item in body:
+        if isinstance(item, ToolCallChunk):
+            calls.setdefault(item.index, [item.id, item.name, ""])[2] += item.arguments
+            events.append(CallDelta(item.index, item.id, item.name, item.arguments))
+        elif item.reasoning:
+            events.append(Reasoning(item.reasoning))
+        else:
+            events.append(Text(item.text))
+    choice.calls = [ToolCall(*calls[i]) for i in sorted(calls)]
+    record = GenerationRecord([choice], RequestTimings(), last.usage, last.finish_reason)
+    return [*events, ChoiceEnd(0, choice.finish, last.usage, last.stop_sequence), Final(record)]
+
+
+def _stream(items: list[Any], input_tokens: int = 7, stop_sequences: tuple[str, ...] = ()) -> bytes:
+    """What the server writes for `items` (the last one final)."""
+    encoder = MessagesEncoder("smol", input_tokens, stop_sequences)
+    encoder.id = ID
+    return encoder.opening() + b"".join(encoder.event(e) for e in _events(items))
 
 
 def _sse(*events: tuple[str, dict[str, Any]]) -> bytes:
@@ -265,7 +287,7 @@ def test_the_first_events_literally():
     ],
 )
 def test_an_error_in_the_stream_is_an_error_event(error, kind, message):
-    [(name, payload)] = frames(MessagesFormat("smol", 1).error(error).decode())
+    [(name, payload)] = frames(MessagesEncoder("smol", 1).error(error).decode())
     assert name == "error"
     detail = checked_error(payload, kind)
     checked_event(name, payload)
@@ -332,8 +354,11 @@ WHOLE: dict[str, tuple[Completion, str, list[ToolCall], tuple[str, ...], dict[st
 @pytest.mark.parametrize("name", list(WHOLE))
 def test_the_whole_answer(name):
     completion, text, calls, stop_sequences, expected = WHOLE[name]
-    fmt = MessagesFormat("smol", 7, stop_sequences)
-    answer = fmt.answer(completion, text, calls)
+    fmt = MessagesEncoder("smol", 7, stop_sequences)
+    choice = ChoiceRecord(0, parts=[text], thinking=[completion.reasoning], calls=list(calls))
+    choice.finish_reason, choice.stop_sequence = completion.finish_reason, completion.stop_sequence
+    record = GenerationRecord([choice], RequestTimings(), completion.usage, completion.finish_reason)
+    answer = fmt.whole(record)
     usage = completion.usage
     cached = usage.cached_tokens
     assert answer == {

@@ -1,0 +1,84 @@
+"""`llmflow serve` under many concurrent streams on the CPU: output tok/s and the tails of
+inter-token latency and time to first token, over HTTP as clients see them.
+
+Each round starts nothing new: one server (the batching engine, `--concurrency` sequences, in a
+child process) answers `llmflow bench`'s greedy workload (`--requests` random-word prompts of
+`--prompt-tokens`, `--max-tokens` answers, `--concurrency` at once) once per round; medians with
+min-max over the rounds. Its use is a change's before and after, on two trees alternated in one
+run by `benchmarks.compare_trees`:
+
+    python -m benchmarks.compare_trees --tree OLD_CHECKOUT --tree . --rounds 5 \
+        --script benchmarks/bench_serving.py --args "--rounds 1" \
+        --figure output_tok_s --figure itl_p99_s --out benchmarks/results/serving_before_after.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import Recording, spread
+from serve_process import free_port, started
+
+from llmflow.bench import BenchOptions, run_bench
+from llmflow.engines.llama_cpp import usable_cores
+
+
+def bench(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    """One level of `llmflow bench` against the server: the figures of its summary."""
+    document = run_bench(
+        BenchOptions(
+            url=url,
+            concurrency=(args.concurrency,),
+            requests=args.requests,
+            prompt_tokens=args.prompt_tokens,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+        )
+    )
+    if document["aborted"]:
+        raise SystemExit(f"llmflow bench stopped: {document['aborted']}")
+    summary = document["levels"][0]["summary"]
+    return {
+        "output_tok_s": summary["output_throughput"],
+        "itl_p50_s": summary["itl_s"]["median"],
+        "itl_p99_s": summary["itl_s"]["p99"],
+        "ttft_p50_s": summary["ttft_s"]["median"],
+        "ttft_p99_s": summary["ttft_s"]["p99"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=48, help="per round")
+    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=usable_cores())
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serving.json"))
+    args = parser.parse_args()
+    recording = Recording.begin("serving")
+    port = free_port()
+    command = [
+        sys.executable, "-m", "llmflow", "serve", "--engine", "llama_cpp_batched", "--port", str(port),
+        "--host", "127.0.0.1", "--max-queue", "4096", "--log-level", "warning",
+        "--parallel", str(args.concurrency), "--threads", str(args.threads),
+    ]  # fmt: skip
+    rounds: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as logs, started("llmflow", command, port, Path(logs)) as url:
+        for r in range(args.rounds):
+            rounds.append(bench(args, url))
+            print(f"round {r + 1}: {rounds[-1]['output_tok_s']:.1f} tok/s", flush=True)
+    summary = {key: spread(r[key] for r in rounds) for key in rounds[0]}
+    config = {k: v for k, v in vars(args).items() if k != "out"}
+    recording.write(args.out, config=config, samples=rounds, summary=summary)
+
+
+if __name__ == "__main__":
+    main()

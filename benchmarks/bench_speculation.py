@@ -1,0 +1,213 @@
+"""What prompt-lookup speculation buys: decode tokens/s with it on and off (the per-request
+`speculative` flag, one loaded engine), greedy, on "rewrite this text changing one word" requests
+(an answer that copies most of its ~600-token prompt) and on ordinary chat prompts with
+`llama_cpp` (one stream), and on 8 concurrent rewrite streams with `llama_cpp_batched`. Every
+answer with speculation on is compared with the same request's answer with it off.
+
+Both engines load with the q8_0 KV cache: with the f16 cache, llama.cpp's CPU attention computes
+a one-token pass past 512 KV cells in another order than a pass of several tokens (its split-KV
+path), so a long greedy answer may differ in a near-tie; with q8_0 both compute alike. Rounds
+alternate the sides in a rotating order; a stream's decode tokens/s is counted from its first
+token to its last, 8 streams' as all their tokens over the wall time.
+
+    python -m benchmarks.bench_speculation --rounds 3 --max-tokens 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import Recording, paired_ratios, spread
+
+from llmflow import LLM
+
+TEXT = """\
+The river runs past the old mill, under the stone bridge and into the town, where children feed \
+the ducks every morning before school. The baker opens his shop at seven, and by eight the smell \
+of fresh bread has reached the market square, where farmers set out crates of apples, pears and \
+late plums. Nobody in the town remembers when the market began; the oldest stones of the square \
+are worn smooth by centuries of carts and boots.
+
+In the afternoon the square empties. The farmers drive home along the river road, the children \
+come back from school, and the old men who play cards under the chestnut tree argue about the \
+weather, the price of wood and the mayor's new plan for a car park behind the church. The plan \
+has been discussed for eleven years. Every spring it is announced again, and every autumn it is \
+quietly put away until the next election.
+
+When the evening comes, the lamps along the bridge are lit one by one, and the water below turns \
+from green to black. Fishermen stand at the far end of the bridge with their lines in the current, \
+hoping for trout, although everyone knows the trout left the river years ago, when the paper \
+factory upstream still emptied its tanks at night. The factory closed, the water cleared, and \
+the fishermen kept coming, because the fish were never really the point.
+
+On Sundays the bells of the church ring for the morning service, and the whole town seems to \
+hold its breath. The baker closes early, the market does not open, and the card players take \
+their places under the chestnut tree an hour before noon. Visitors who arrive on a Sunday often \
+think the town has been abandoned, until they turn the corner by the fountain and find half of \
+its people sitting in the sun, talking about nothing in particular, as they have always done.
+"""
+REWRITES = [
+    ("river", "stream"),
+    ("bridge", "viaduct"),
+    ("baker", "grocer"),
+    ("square", "plaza"),
+    ("church", "chapel"),
+    ("farmers", "growers"),
+    ("town", "village"),
+    ("fishermen", "anglers"),
+]
+CHATS = [
+    "What are three good habits for staying healthy?",
+    "Explain how a bicycle works to a ten-year-old.",
+    "Write a short poem about autumn.",
+    "Give me some tips for learning a new language.",
+    "Why is the sky blue?",
+    "Suggest a name for a small bakery and explain it.",
+]
+STREAMS = 8
+ENGINE_OPTIONS: dict[str, Any] = {"n_ctx": 2048, "kv_cache_type": "q8_0", "speculative": True}
+
+
+def rewrite_prompt(i: int) -> str:
+    old, new = REWRITES[i % len(REWRITES)]
+    return f"Rewrite the following text, changing the word '{old}' to '{new}' everywhere. Keep everything else exactly the same.\n\n{TEXT}"  # noqa: E501
+
+
+def one_stream(llm: LLM, prompt: str, params: dict[str, Any]) -> tuple[float, int, str]:
+    """(decode tokens/s from the first token to the last, tokens, text) of one stream."""
+    first = last = None
+    tokens, pieces = 0, []
+    for chunk in llm.stream(prompt, params):
+        now = time.perf_counter()
+        if chunk.is_final:
+            tokens = chunk.usage.completion_tokens
+        else:
+            pieces.append(chunk.text)
+            first = first or now
+            last = now
+    rate = (tokens - 1) / (last - first) if first and last and last > first else 0.0
+    return rate, tokens, "".join(pieces)
+
+
+def many_streams(llm: LLM, params: dict[str, Any]) -> tuple[float, int, list[str]]:
+    """(all tokens over the wall time, tokens, texts) of STREAMS concurrent rewrite streams."""
+    texts = [""] * STREAMS
+    counts = [0] * STREAMS
+    barrier = threading.Barrier(STREAMS + 1)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        done = llm.generate(rewrite_prompt(i), params)
+        texts[i], counts[i] = done.text, done.usage.completion_tokens
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(STREAMS)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return sum(counts) / (time.perf_counter() - start), sum(counts), texts
+
+
+class Sides:
+    """Both sides of one workload, run alternately; keeps rates, token counts and whether each
+    answer with speculation on equals the same request's answer with it off."""
+
+    def __init__(self, run: Any):
+        self.run = run
+        self.rates: dict[str, list[float]] = {"off": [], "on": []}
+        self.tokens: dict[str, list[int]] = {"off": [], "on": []}
+        self.answers: dict[str, dict[int, Any]] = {"off": {}, "on": {}}
+
+    def round(self, i: int, first: str) -> None:
+        for side in (first, "off" if first == "on" else "on"):
+            rate, tokens, text = self.run(i, side == "on")
+            self.rates[side].append(rate)
+            self.tokens[side].append(tokens)
+            self.answers[side][i] = text
+            print(f"round {i} {side}: {rate:.1f} tok/s, {tokens} tokens", flush=True)
+
+    def identical(self) -> tuple[int, int]:
+        pairs = [(self.answers["on"][i], self.answers["off"][i]) for i in self.answers["on"]]
+        same = sum(a == b for a, b in pairs)
+        return same, len(pairs)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Sides]:
+    greedy = {"temperature": 0.0, "max_tokens": args.max_tokens}
+    if args.threads:
+        ENGINE_OPTIONS["n_threads"] = args.threads
+    single = LLM.load(engine="llama_cpp", engine_options=ENGINE_OPTIONS)
+    workloads = {
+        "rewrite": Sides(lambda i, on: one_stream(single, rewrite_prompt(i), {**greedy, "speculative": on})),
+        "chat": Sides(lambda i, on: one_stream(single, CHATS[i % len(CHATS)], {**greedy, "speculative": on})),
+    }
+    for sides in workloads.values():  # warm-up: thread teams, the prompt's cells
+        sides.run(0, False)
+    for i in range(args.rounds):
+        for sides in workloads.values():
+            sides.round(i, "on" if i % 2 else "off")
+    single.close()
+    batched = LLM.load(engine="llama_cpp_batched", engine_options={**ENGINE_OPTIONS, "parallel": STREAMS})
+    many = Sides(lambda i, on: _joined(many_streams(batched, {**greedy, "speculative": on})))
+    many.run(0, False)
+    for i in range(args.rounds):
+        many.round(i, "on" if i % 2 else "off")
+    stats = batched.engine.speculation_stats()
+    batched.close()
+    workloads["batched_8"] = many
+    if stats is not None:
+        print("batched draft tokens proposed/accepted:", stats.proposed, stats.accepted)
+    return workloads
+
+
+def _joined(result: tuple[float, int, list[str]]) -> tuple[float, int, str]:
+    rate, tokens, texts = result
+    return rate, tokens, "\x00".join(texts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/speculation.json"))
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: every usable core)")
+    parser.add_argument(
+        "--note", action="append", default=[], help="a line for the result (how busy the machine was)"
+    )
+    args = parser.parse_args()
+    recording = Recording.begin("speculation")
+    recording.notes.extend(args.note)
+    workloads = measure(args)
+    summary: dict[str, Any] = {}
+    for name, sides in workloads.items():
+        same, pairs = sides.identical()
+        summary[name] = {
+            "off": spread(sides.rates["off"]),
+            "on": spread(sides.rates["on"]),
+            "on_over_off": paired_ratios(sides.rates["on"], sides.rates["off"]),
+            "identical": same,
+            "answers": pairs,
+        }
+    config = {"model": "SmolLM2-135M-Instruct Q4_1", "rounds": args.rounds, "max_tokens": args.max_tokens,
+              "streams": STREAMS, "engine_options": ENGINE_OPTIONS, "rewrites": REWRITES,
+              "chats": CHATS}  # fmt: skip
+    samples = {name: {"rates": s.rates, "tokens": s.tokens} for name, s in workloads.items()}
+    recording.write(args.out, config=config, samples=samples, summary=summary)
+    print(
+        json.dumps(
+            {k: {"on_over_off": v["on_over_off"], "identical": v["identical"]} for k, v in summary.items()}
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

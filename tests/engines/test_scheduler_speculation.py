@@ -1,0 +1,156 @@
+"""Speculation in the batch scheduler without a model: a simulated backend whose next token mostly
+repeats the sequence's tokens of a period ago (so prompt lookup drafts are mostly right) and
+sometimes does not (so drafts are cut). Every sequence's 'KV cache' is its token list, checked
+at each entry: rejected draft tokens must leave it, and each request must get exactly the tokens
+it gets without speculation, alone or beside others."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmflow.engines.base import token_request
+from llmflow.engines.scheduler import BatchScheduler
+from llmflow.engines.speculation import Speculation
+from llmflow.params import SamplingParams
+from llmflow.types import CancelToken
+
+EOS = 0
+PERIOD = 7
+
+
+def next_token(tokens: list[int], seed: int) -> int:
+    """The token of a period ago, except every 11th position (shifted by the seed)."""
+    n = len(tokens)
+    if n < PERIOD or (n + seed) % 11 == 0:
+        return (sum(tokens) * 31 + seed + n) % 97 + 1
+    return tokens[n - PERIOD]
+
+
+class CopyBackend:
+    def __init__(self, parallel: int):
+        self.kv: list[list[int]] = [[] for _ in range(parallel)]
+        self.drafted = 0
+
+    def decode(self, entries):
+        out = []
+        for e in entries:
+            assert e.start == len(self.kv[e.seq]), "an entry must continue its sequence"
+            self.kv[e.seq].extend(e.tokens)
+            if not e.sample:
+                continue
+            if not e.draft:
+                out.append(next_token(self.kv[e.seq], e.sampler))
+                continue
+            self.drafted += len(e.draft)
+            base = len(self.kv[e.seq]) - len(e.draft)
+            run = []
+            for j in range(len(e.draft) + 1):
+                token = next_token(self.kv[e.seq][: base + j], e.sampler)
+                run.append(token)
+                if j == len(e.draft) or token != e.draft[j]:
+                    break
+            out.append(run)
+        return out
+
+    def new_sampler(self, params):
+        return params.seed or 0
+
+    def free_sampler(self, sampler):
+        pass
+
+    def copy(self, src, dst):
+        self.kv[dst] = list(self.kv[src])
+
+    def idle(self):
+        pass
+
+    def truncate(self, seq, keep):
+        del self.kv[seq][keep:]
+        return keep
+
+    def save(self, seq):
+        return None
+
+    def restore(self, seq, state):
+        return False
+
+
+def alone(prompt: list[int], max_tokens: int, seed: int) -> list[int]:
+    tokens, out = list(prompt), []
+    while len(out) < max_tokens:
+        token = next_token(tokens, seed)
+        out.append(token)
+        tokens.append(token)
+        if token == EOS:
+            break
+    return out
+
+
+def run_all(requests, *, speculation, parallel=4, one_pass=False):
+    backend = CopyBackend(parallel)
+    scheduler = BatchScheduler(
+        backend,
+        parallel=parallel,
+        n_ctx=512,
+        n_batch=64,
+        prefill_chunk=8,
+        eos_token_ids=[EOS],
+        one_pass=one_pass,
+        speculation=speculation,
+    )
+    results: list[list[int]] = [[] for _ in requests]
+
+    def read(i, prompt, max_tokens, seed, speculative):
+        params = SamplingParams(max_tokens=max_tokens, seed=seed, speculative=speculative)
+        tokens = scheduler.generate(token_request(prompt, params, CancelToken(), 512))
+        results[i] = [int(t) for t in tokens]
+
+    threads = [threading.Thread(target=read, args=(i, *r)) for i, r in enumerate(requests)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stats = scheduler.stats()
+    scheduler.close()
+    return results, stats, backend
+
+
+#: 0 is the end-of-generation token: a copied one ends a request inside an accepted run
+prompts = st.lists(st.integers(0, 96), min_size=2, max_size=30)
+request = st.tuples(prompts, st.integers(1, 40), st.integers(0, 5), st.booleans())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    requests=st.lists(request, min_size=1, max_size=6),
+    draft_max=st.integers(1, 9),
+    one_pass=st.booleans(),
+)
+def test_each_request_gets_its_tokens_alone(requests, draft_max, one_pass):
+    speculation = Speculation(draft_max=draft_max, ngram_min=1, ngram_max=3)
+    results, stats, _ = run_all(requests, speculation=speculation, one_pass=one_pass)
+    for (prompt, max_tokens, seed, _), got in zip(requests, results, strict=True):
+        assert got == alone(prompt, max_tokens, seed)
+    assert stats.draft_tokens_accepted_total <= stats.draft_tokens_proposed_total
+
+
+def test_a_copying_sequence_is_decoded_in_fewer_steps():
+    prompt = [5, 9, 3, 8, 2, 7, 4] * 3
+    requests = [(prompt, 60, 1, True)]
+    results, stats, backend = run_all(requests, speculation=Speculation(draft_max=8))
+    assert results[0] == alone(prompt, 60, 1)
+    assert stats.draft_tokens_accepted_total >= 30
+    assert stats.steps < 40  # 60 tokens one a step would take 60 steps
+    assert backend.drafted == stats.draft_tokens_proposed_total
+
+
+@pytest.mark.parametrize(("speculation", "per_request"), [(None, True), (Speculation(), False)])
+def test_an_engine_without_it_or_a_request_that_opts_out_drafts_nothing(speculation, per_request):
+    prompt = [5, 9, 3, 8, 2, 7, 4] * 3
+    results, stats, backend = run_all([(prompt, 30, 1, per_request)], speculation=speculation)
+    assert results[0] == alone(prompt, 30, 1)
+    assert stats.draft_tokens_proposed_total == backend.drafted == 0

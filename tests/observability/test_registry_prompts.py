@@ -1,0 +1,133 @@
+"""System prompts from MLflow's prompt registry, in a real tracking store: a served model reads
+`prompts:/NAME@ALIAS` at load, follows the alias when it moves (within the refresh interval, no
+restart), names the version it used in the trace and the answer's header; a missing prompt or
+alias is an error at load or a 400 naming `system_prompt`; a failed re-read keeps the last good
+version."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import httpx
+import mlflow
+import pytest
+
+import llmflow.mlflow
+from llmflow import LLM
+from llmflow.errors import PromptNotFound
+from llmflow.server import ServedModel
+from tests.observability.conftest import only_span
+from tests.server.conftest import TIMEOUT_S, running, sse_events, wait_until_idle
+
+REFRESH_S = 0.3
+FIRST = "You are Alpha. Answer in one word."
+SECOND = "You are Beta, a very careful assistant. Answer every question in two short sentences."
+
+
+@pytest.fixture
+def prompt(store) -> str:
+    """A fresh registry prompt with two versions, alias `production` on the first."""
+    name = f"assistant-{uuid.uuid4().hex[:8]}"
+    mlflow.genai.register_prompt(name=name, template=FIRST)
+    mlflow.genai.register_prompt(name=name, template=SECOND)
+    mlflow.genai.set_prompt_alias(name, alias="production", version=1)
+    return name
+
+
+@pytest.fixture
+def llm(prompt):
+    loaded = LLM.load(system_prompt=f"prompts:/{prompt}@production", prompt_refresh_s=REFRESH_S)
+    yield loaded
+    loaded.close()
+
+
+def _http(server) -> httpx.Client:
+    return httpx.Client(base_url=server.url, timeout=TIMEOUT_S)
+
+
+def _chat(http: httpx.Client, **body) -> httpx.Response:
+    messages = [{"role": "user", "content": "Hi"}]
+    body = {"model": "SmolLM2-135M-Instruct.Q4_1", "messages": messages, "max_tokens": 2, **body}
+    return http.post("/v1/chat/completions", json=body)
+
+
+def test_a_served_alias_is_followed_when_it_moves_and_named_in_trace_and_header(llm, prompt, experiment):
+    with running(ServedModel.from_llm(llm), tracing=True) as server, _http(server) as http:
+        first = _chat(http)
+        assert first.status_code == 200, first.text
+        assert first.headers["llmflow-prompt"] == f"prompts:/{prompt}/1"
+
+        mlflow.genai.set_prompt_alias(prompt, alias="production", version=2)
+        moved_at = time.monotonic()
+        while (second := _chat(http)).headers["llmflow-prompt"] != f"prompts:/{prompt}/2":
+            assert time.monotonic() - moved_at < REFRESH_S + 10, "the alias move never arrived"
+            time.sleep(REFRESH_S / 3)
+        stream = _chat(http, stream=True)
+        assert stream.headers["llmflow-prompt"] == f"prompts:/{prompt}/2"
+        assert sse_events(stream.text)[-1] == "[DONE]"
+        wait_until_idle(http)
+    # the longer second version really is the system prompt now
+    assert second.json()["usage"]["prompt_tokens"] > first.json()["usage"]["prompt_tokens"]
+    spans = [only_span(t) for t in experiment.traces()]
+    versions = {span.attributes["llmflow.prompt"] for span in spans}
+    assert versions == {f"prompts:/{prompt}/1", f"prompts:/{prompt}/2"}
+
+
+def test_a_failed_re_read_keeps_the_last_good_version(llm, prompt, caplog):
+    live = llm.system_source
+    mlflow.genai.delete_prompt_alias(prompt, alias="production")
+    with caplog.at_level(logging.WARNING, logger="llmflow.registry_prompts"):
+        live.refresh()
+    assert live.current.version == 1
+    assert f"prompts:/{prompt}@production" in caplog.text
+    assert FIRST in llm.render("Hi")
+
+
+def test_a_missing_alias_or_prompt_fails_the_load(prompt):
+    for reference in (f"prompts:/{prompt}@staging", "prompts:/no-such-prompt/1", "prompts:/bad ref"):
+        with pytest.raises(PromptNotFound) as caught:
+            LLM.load(system_prompt=reference)
+        assert caught.value.param == "system_prompt"
+        assert reference in str(caught.value)
+
+
+def test_a_registry_chat_template_is_read_at_load(store):
+    name = f"template-{uuid.uuid4().hex[:8]}"
+    mlflow.genai.register_prompt(name=name, template="{% for m in messages %}[{{ m.content }}]{% endfor %}")
+    llm = LLM.load(chat_template=f"prompts:/{name}/1", engine="llama_cpp")
+    try:
+        assert llm.render("Hi") == "[Hi]"
+    finally:
+        llm.close()
+
+
+def test_a_request_may_name_its_own_version_and_a_missing_one_is_a_400(llm, prompt, experiment):
+    with running(ServedModel.from_llm(llm)) as server, _http(server) as http:
+        params = {"max_tokens": 2, "system_prompt": f"prompts:/{prompt}/2"}
+        answer = http.post("/invocations", json={"prompt": "Hi", "stream": True, **params})
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["llmflow-prompt"] == f"prompts:/{prompt}/2"
+        params["system_prompt"] = f"prompts:/{prompt}@nowhere"
+        missing = http.post("/invocations", json={"prompt": "Hi", "stream": True, **params})
+        assert missing.status_code == 400
+        assert "system_prompt" in missing.text and "@nowhere" in missing.text
+        wait_until_idle(http)
+
+
+def test_a_logged_model_reads_its_registry_prompt_when_loaded(prompt, store):
+    with mlflow.start_run(experiment_id=store.experiment_id):
+        info = llmflow.mlflow.log_model(
+            "model", system_prompt=f"prompts:/{prompt}@production", engine="llama_cpp", by_reference=True
+        )
+    loaded = mlflow.pyfunc.load_model(info.model_uri)
+    llm = llmflow.mlflow.find_llm(loaded)
+    try:
+        assert FIRST in llm.render("Hi")
+        mlflow.genai.set_prompt_alias(prompt, alias="production", version=2)
+        llm.system_source.refresh()
+        assert SECOND in llm.render("Hi")
+        assert loaded.predict({"prompt": "Hi"}, params={"max_tokens": 2})
+    finally:
+        llm.close()
