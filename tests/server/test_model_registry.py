@@ -130,6 +130,7 @@ def sized(monkeypatch) -> tuple[dict[str, int], dict[str, int], list[str]]:
             memory_bytes=lambda: after[name],
             stats=lambda: None,
             cache_stats=lambda: None,
+            speculation_stats=lambda: None,
             persist=lambda: None,
         )
         return ServedModel(name, llm=SimpleNamespace(engine=engine, close=lambda: None))  # type: ignore[arg-type]
