@@ -18,6 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine, EngineOptions, TokenRequest
 from llmflow.engines.buffer_types import decide_extra_buffers
+from llmflow.engines.llama_cpp_draft import DraftModel
 from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
 from llmflow.engines.llama_cpp_loop import RANDOM_SEED, ContextSteps, free_sampler, generate, sampler_chain
 from llmflow.engines.llama_cpp_state import prompt_cache_for, restore_sequence, save_sequence
@@ -26,7 +27,7 @@ from llmflow.engines.memory import llama_cpp_bytes
 from llmflow.engines.openmp import release_thread_team
 from llmflow.engines.prompt_cache import CacheStats, PromptCache, common_prefix
 from llmflow.engines.speculation import DRAFT_MAX, NGRAM_MAX, NGRAM_MIN, Speculation, SpeculationCounts
-from llmflow.errors import EngineUnavailable, ModelNotFound
+from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
 from llmflow.model_files import model_name_of
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
 from llmflow.types import TemplateText
@@ -119,6 +120,11 @@ class LlamaCppOptions(EngineOptions):
         "(rewrites, edits). Off by default: it pays only where a pass of several tokens costs little "
         "more than a pass of one (a GPU). A request opts out with `speculative: false`",
     )
+    draft_model: str | None = Field(
+        None,
+        description="a small GGUF model of the same vocabulary whose greedy continuation is the "
+        "draft each pass verifies, instead of prompt lookup (turns speculation on; llama_cpp engine)",
+    )
     draft_max: int = Field(DRAFT_MAX, ge=1, le=64, description="draft tokens per pass at most")
     draft_ngram_min: int = Field(NGRAM_MIN, ge=1, le=16, description="shortest n-gram looked up")
     draft_ngram_max: int = Field(NGRAM_MAX, ge=1, le=16, description="longest n-gram looked up (tried first)")
@@ -133,7 +139,7 @@ class LlamaCppOptions(EngineOptions):
 
     def speculation(self) -> Speculation | None:
         """The speculation these options ask for, or None."""
-        if not self.speculative:
+        if not (self.speculative or self.draft_model):
             return None
         return Speculation(self.draft_max, self.draft_ngram_min, self.draft_ngram_max)
 
@@ -250,7 +256,12 @@ class LlamaCppEngine(VocabMethods, Engine):
     scores_tokens: ClassVar[bool] = True
 
     def __init__(
-        self, llama: Any, model_path: Path, options: LlamaCppOptions, prompt_cache: PromptCache | None = None
+        self,
+        llama: Any,
+        model_path: Path,
+        options: LlamaCppOptions,
+        prompt_cache: PromptCache | None = None,
+        draft: DraftModel | None = None,
     ):
         self._llama = llama
         self._prompt_cache = prompt_cache
@@ -266,6 +277,7 @@ class LlamaCppEngine(VocabMethods, Engine):
         self._steps = ContextSteps(llama_cpp, llama, self.n_vocab)
         self._speculation = options.speculation()
         self._speculation_counts = SpeculationCounts()
+        self._draft_model = draft
 
     @property
     def llama(self) -> Any:
@@ -276,29 +288,16 @@ class LlamaCppEngine(VocabMethods, Engine):
 
     @classmethod
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppEngine:
-        parsed, path, _, where = start_load(cls.name, LlamaCppOptions, model_path, options)
-        from llama_cpp import Llama
-
-        try:
-            with model_params_override(use_extra_bufts=parsed.extra_buffers):
-                llama = Llama(
-                    model_path=str(path),
-                    n_ctx=parsed.n_ctx,
-                    n_threads=parsed.n_threads,
-                    n_threads_batch=parsed.n_threads,
-                    n_batch=parsed.n_batch,
-                    n_gpu_layers=where.n_gpu_layers,
-                    flash_attn=where.flash_attn,
-                    type_k=where.kv_type,
-                    type_v=where.kv_type,
-                    seed=parsed.seed if parsed.seed is not None else RANDOM_SEED,
-                    verbose=parsed.verbose,
-                )
-        except ValueError as exc:
-            raise ModelNotFound(f"llama.cpp could not load {str(path)!r}: {exc}") from None
-        import llama_cpp
-
-        engine = cls(llama, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed))
+        parsed, path, llama_cpp, where = start_load(cls.name, LlamaCppOptions, model_path, options)
+        llama = _open_llama(path, parsed, where, parsed.n_ctx)
+        draft = None
+        if parsed.draft_model is not None:
+            try:
+                draft = _open_draft(llama_cpp, llama, parsed, where)
+            except BaseException:
+                llama.close()
+                raise
+        engine = cls(llama, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed), draft)
         return with_adapters(engine, parsed.lora)
 
     @property
@@ -345,7 +344,8 @@ class LlamaCppEngine(VocabMethods, Engine):
         speculation = self._speculation if request.params.speculative else None
         sampler = sampler_chain(llama_cpp, self.n_vocab, request.params)
         try:
-            yield from generate(self._steps, request, sampler, speculation, self._speculation_counts)
+            drafter = self._draft_model.session if self._draft_model is not None else None
+            yield from generate(self._steps, request, sampler, speculation, self._speculation_counts, drafter)
         finally:
             free_sampler(llama_cpp, sampler)
             release_thread_team()  # see `llmflow.engines.openmp`: callers' threads vary
@@ -432,6 +432,45 @@ class LlamaCppEngine(VocabMethods, Engine):
         self._embedder.close()
         self._steps.close()
         self._llama.close()
+        if self._draft_model is not None:
+            self._draft_model.close()
+
+
+def _open_llama(path: Path, parsed: LlamaCppOptions, where: Placement, n_ctx: int) -> Any:
+    """A llama-cpp-python `Llama` of the GGUF at `path` as the options and placement say."""
+    from llama_cpp import Llama
+
+    try:
+        with model_params_override(use_extra_bufts=parsed.extra_buffers):
+            return Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_threads=parsed.n_threads,
+                n_threads_batch=parsed.n_threads,
+                n_batch=parsed.n_batch,
+                n_gpu_layers=where.n_gpu_layers,
+                flash_attn=where.flash_attn,
+                type_k=where.kv_type,
+                type_v=where.kv_type,
+                seed=parsed.seed if parsed.seed is not None else RANDOM_SEED,
+                verbose=parsed.verbose,
+            )
+    except ValueError as exc:
+        raise ModelNotFound(f"llama.cpp could not load {str(path)!r}: {exc}") from None
+
+
+def _open_draft(llama_cpp: Any, llama: Any, parsed: LlamaCppOptions, where: Placement) -> DraftModel:
+    """The options' draft model, on the same device as the model and with its context length;
+    a draft of another vocabulary is refused (its token ids would mean other text)."""
+    path = Path(str(parsed.draft_model))
+    if not path.is_file():
+        raise InvalidParams.single("draft_model", f"no GGUF file at {str(path)!r}")
+    draft = _open_llama(path, parsed, where, llama.n_ctx())
+    pieces = LlamaVocab(llama._model, llama.metadata).pieces
+    if LlamaVocab(draft._model, draft.metadata).pieces != pieces:
+        draft.close()
+        raise InvalidParams.single("draft_model", f"{path.name} has another vocabulary than the model")
+    return DraftModel(llama_cpp, draft, len(pieces))
 
 
 _MODEL_PARAMS_LOCK = threading.Lock()

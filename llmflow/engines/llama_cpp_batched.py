@@ -90,6 +90,15 @@ class LlamaCppBatchedOptions(LlamaCppOptions):
         "own, and on the CPU a request's numbers do not depend on what runs beside it",
     )
 
+    @field_validator("draft_model")
+    @classmethod
+    def _no_draft_model(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError(
+                "is for the llama_cpp engine; llama_cpp_batched drafts by prompt lookup (speculative: true)"
+            )
+        return value
+
     @field_validator("prefill_chunk")
     @classmethod
     def _chunk_fits_a_batch(cls, value: int | None, info: ValidationInfo) -> int | None:

@@ -9,7 +9,7 @@ always a token sequence with its own cache, which the next request's prefix reus
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ import numpy as np
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import TokenRequest
 from llmflow.engines.logprobs import scored
-from llmflow.engines.speculation import DraftLength, PromptLookup, Speculation, SpeculationCounts
+from llmflow.engines.speculation import DraftLength, Proposer, Speculation, SpeculationCounts
 from llmflow.errors import EngineFailed
 from llmflow.params import SamplingParams
 
@@ -134,10 +134,11 @@ def generate(
     sampler: Any,
     speculation: Speculation | None,
     counts: SpeculationCounts | None = None,
+    drafter: Callable[[Sequence[int]], Proposer] | None = None,
 ) -> Iterator[int]:
     """Tokens of `request` after the context's kept prefix of its prompt (`n_tokens` of them):
     at most `request.limit`, checking `request.cancel` between two. With `speculation`, each pass
-    also verifies a draft of prompt-lookup tokens."""
+    also verifies a draft: from `drafter(prompt)` (a draft model) when given, else prompt lookup."""
     constraint, top, limit, cancel = (
         request.constraint,
         request.params.logprobs,
@@ -145,7 +146,9 @@ def generate(
         request.cancel,
     )
     prompt = request.prompt_ids
-    lookup = speculation.lookup(prompt) if speculation is not None else None
+    lookup: Proposer | None = None
+    if speculation is not None:
+        lookup = drafter(prompt) if drafter is not None else speculation.lookup(prompt)
     length = DraftLength(speculation.draft_max) if speculation is not None else None
     n_past = steps.n_tokens  # the prefix the engine kept (never the whole prompt)
     feed: list[int] = list(prompt[n_past:])
@@ -182,13 +185,13 @@ def generate(
 
 
 def _draft(
-    lookup: PromptLookup | None,
+    lookup: Proposer | None,
     length: DraftLength | None,
     constraint: TokenMatcher | None,
     room: int,
     left: int,
 ) -> list[int]:
-    """The next draft: prompt-lookup tokens, no longer than the draft length, the batch and the
+    """The next draft: the proposer's tokens, no longer than the draft length, the batch and the
     tokens left allow, cut before the first one an output constraint refuses (verifying a token
     that could never be sampled is wasted work)."""
     if lookup is None or length is None:

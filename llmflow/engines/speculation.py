@@ -10,7 +10,8 @@ sampled token equals the drafted one. The first token that differs is itself a c
 (from the logits after the accepted tokens), so a pass yields between 1 and 1 + len(draft)
 tokens and the tokens are the ones plain decoding would give.
 
-For a draft of known tokens (not sampled from a draft model) this *is* the standard speculative
+For a draft that is a fixed function of the tokens so far (prompt lookup, or a draft model's
+greedy continuation: never a draft model's random sample) this *is* the standard speculative
 sampling rule: accepting draft token t with probability p(t) and otherwise sampling from p with t
 removed is the same as sampling from p and keeping t when the sample is t. So sampled output has
 the distribution of plain sampling, and with the same seed, the same tokens.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 #: the n-gram sizes looked up, longest first (llama.cpp's prompt lookup uses 1..4; a single
 #: token matches too often in ordinary text to be worth a verification)
@@ -46,6 +48,15 @@ class Speculation:
 
     def lookup(self, tokens: Iterable[int] = ()) -> PromptLookup:
         return PromptLookup(tokens, ngram_min=self.ngram_min, ngram_max=self.ngram_max)
+
+
+class Proposer(Protocol):
+    """Where one generation's drafts come from: told each token as it is taken (`append`), asked
+    for up to `k` likely next tokens (`propose`)."""
+
+    def append(self, token: int) -> None: ...
+
+    def propose(self, k: int) -> list[int]: ...
 
 
 class PromptLookup:
