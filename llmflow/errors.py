@@ -62,6 +62,25 @@ class InvalidMessages(InvalidRequest):
     code = "invalid_messages"
 
 
+class InvalidImage(InvalidRequest):
+    """An image in a request that cannot be read: not base64, not an image, over a limit, or a
+    URL this server may not or could not fetch; `field` names where it was given."""
+
+    code = "invalid_image"
+
+    def __init__(self, field: str, reason: str):
+        super().__init__([FieldProblem(field, reason)])
+
+
+class UnsupportedInput(InvalidRequest):
+    """Input of a kind the model does not take (an image for a text-only model), by field."""
+
+    code = "unsupported_input"
+
+    def __init__(self, field: str, reason: str):
+        super().__init__([FieldProblem(field, reason)])
+
+
 class InvalidConstraint(InvalidRequest):
     """An output constraint (JSON Schema, regex, grammar) that cannot be compiled: names the field
     and what the constraint library refused (an unsupported keyword, a bad pattern)."""

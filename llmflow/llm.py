@@ -20,9 +20,10 @@ from llmflow.constraints.compiler import CompiledConstraint, ConstraintCompiler
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines import guess_engine, load_engine
 from llmflow.engines.base import Engine
-from llmflow.errors import ContextLengthExceeded, InvalidParams, InvalidRequest
+from llmflow.errors import ContextLengthExceeded, InvalidParams, InvalidRequest, UnsupportedInput
 from llmflow.generation import Generation, GenerationRequest
 from llmflow.load_spec import LoadSpec
+from llmflow.media.reader import ImageReader
 from llmflow.model_files import resolve_model_path
 from llmflow.observability.timings import RequestTimings
 from llmflow.params import SamplingParams
@@ -167,10 +168,24 @@ class LLM:
                 raise InvalidRequest.single("prompt", "a raw completion needs a string prompt")
             return prompt
         messages = [Message("user", prompt)] if isinstance(prompt, str) else parse_messages(prompt)
+        messages = self._with_images(messages)
         messages = with_system_prompt(messages, system_prompt)
         if template_vars and isinstance(self.prompt_format, ChatTemplate):
             return self.prompt_format.render(messages, tools=tools, variables=template_vars)
         return self.prompt_format.render(messages, tools=tools)
+
+    def _with_images(self, messages: list[Message]) -> list[Message]:
+        """The conversation's images read (a server has read them already, with its own limits
+        and URL policy), and refused when the model reads no images, naming the first."""
+        images = [image for m in messages for image in m.images]
+        if not images:
+            return messages
+        if "image" not in self.engine.input_modalities:
+            kinds = ", ".join(self.engine.input_modalities)
+            raise UnsupportedInput(
+                images[0].field, f"the model {self.model_name!r} takes no images (its inputs: {kinds})"
+            )
+        return ImageReader().read_now(messages)
 
     def prepare(
         self,

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
-from llmflow.errors import ChatTemplateError, FieldProblem, InvalidMessages
-from llmflow.types import Message, TemplateText, ToolCall
+from llmflow.errors import ChatTemplateError, FieldProblem, InvalidMessages, InvalidRequest
+from llmflow.media.refs import image_ref
+from llmflow.types import ContentPart, Message, TemplateText, ToolCall
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_MESSAGES = 1024
@@ -48,14 +49,18 @@ def parse_messages(raw: Any, field_name: str = "messages") -> list[Message]:
             )
         calls = _tool_calls(item.get("tool_calls"), where, problems) if role == "assistant" else ()
         raw_content = item.get("content")
-        content = "" if raw_content is None and calls else _content_text(raw_content)
-        if content is None:
-            problems.append(FieldProblem(f"{where}.content", "must be a string or a list of text parts"))
+        read = (
+            Message(role, "")
+            if raw_content is None and calls
+            else _content(raw_content, role, where, problems)
+        )
         call_id = item.get("tool_call_id")
         if role == "tool" and not (isinstance(call_id, str) and call_id):
             problems.append(FieldProblem(f"{where}.tool_call_id", "a tool message needs the id of its call"))
-        if not problems:
-            messages.append(Message(role, content, calls, call_id if role == "tool" else None))
+        if not problems and read is not None:
+            messages.append(
+                Message(role, read.content, calls, call_id if role == "tool" else None, read.parts)
+            )
     if problems:
         raise InvalidMessages(problems)
     return messages
@@ -86,20 +91,36 @@ def _tool_calls(raw: Any, where: str, problems: list[FieldProblem]) -> tuple[Too
     return tuple(calls)
 
 
-def _content_text(content: Any) -> str | None:
+def _content(content: Any, role: Any, where: str, problems: list[FieldProblem]) -> Message | None:
+    """A message's content: a string, or OpenAI's parts (`text`; `image_url` in a user
+    message, its image read later by `llmflow.media`)."""
     if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence) and not isinstance(content, (str, bytes)):
-        texts = []
-        for part in content:
-            if not isinstance(part, Mapping) or part.get("type") != "text":
-                return None
-            text = part.get("text")
-            if not isinstance(text, str):
-                return None
-            texts.append(text)
-        return "".join(texts)
-    return None
+        return Message(str(role), content)
+    if not isinstance(content, Sequence) or isinstance(content, bytes):
+        problems.append(FieldProblem(f"{where}.content", "must be a string or a list of content parts"))
+        return None
+    parts: list[ContentPart] = []
+    for index, part in enumerate(content):
+        place = f"{where}.content[{index}]"
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif kind == "image_url" and role == "user":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            try:
+                parts.append(image_ref(url, place))
+            except InvalidRequest as exc:
+                problems.extend(exc.problems)
+        elif kind == "image_url":
+            problems.append(FieldProblem(place, "only a user message may hold images"))
+        else:
+            problems.append(
+                FieldProblem(
+                    place, f"must be a text part or (in a user message) an image_url part; got {kind!r}"
+                )
+            )
+    return Message.of_parts(str(role), parts)
 
 
 def with_system_prompt(messages: list[Message], system_prompt: str | None) -> list[Message]:
@@ -237,7 +258,7 @@ def prompt_format_of(own: TemplateText, chat_template: str | None = None) -> Pro
 
 def _template_message(message: Message) -> dict[str, Any]:
     """A message as Hugging Face chat templates read it: calls with their arguments as an object."""
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    out: dict[str, Any] = {"role": message.role, "content": _template_content(message)}
     if message.tool_calls:
         out["tool_calls"] = [
             {
@@ -250,6 +271,14 @@ def _template_message(message: Message) -> dict[str, Any]:
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
     return out
+
+
+def _template_content(message: Message) -> str | list[dict[str, str]]:
+    """Text, or (a message with images) Hugging Face's parts: `{"type": "image"}` where each
+    image goes, which a vision model's template turns into its image tokens."""
+    if not message.parts:
+        return message.content
+    return [{"type": "text", "text": p} if isinstance(p, str) else {"type": "image"} for p in message.parts]
 
 
 def _arguments_object(arguments: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import threading
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -159,13 +160,65 @@ class TemplateText:
 
 
 @dataclass(frozen=True, slots=True)
+class ImageRef:
+    """An image as a request gave it, not read yet: a data URI's or a base64 block's text, or an
+    `http(s)` URL (`llmflow.media` reads it into an `Image`). `field` names where it was given
+    (`messages[0].content[1]`), for every refusal."""
+
+    field: str
+    #: a `data:` URI or an `http(s)` URL
+    url: str = ""
+    #: base64 text given without a URI around it (Anthropic's base64 source)
+    base64: str | None = None
+
+    @property
+    def is_remote(self) -> bool:
+        return self.base64 is None and not self.url.startswith("data:")
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image read and checked (`llmflow.media`): its bytes, its format as its content says
+    (never as the request's MIME type says), its size, and the field it came from."""
+
+    field: str
+    data: bytes = field(repr=False)
+    #: png, jpeg, webp or gif
+    format: str
+    width: int
+    height: int
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+#: one piece of a message's content: text, or an image (read or not yet)
+ContentPart = str | ImageRef | Image
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     role: str
+    #: the message's text (with images: its text parts joined)
     content: str
     #: an assistant message's calls
     tool_calls: tuple[ToolCall, ...] = ()
     #: a tool message: the call it answers
     tool_call_id: str | None = None
+    #: empty for a message of text alone; else its text and images in their order
+    parts: tuple[ContentPart, ...] = ()
+
+    @classmethod
+    def of_parts(cls, role: str, parts: list[ContentPart], joiner: str = "") -> Message:
+        """A message of `parts`: plain text when it holds no image."""
+        text = joiner.join(p for p in parts if isinstance(p, str))
+        has_image = any(not isinstance(p, str) for p in parts)
+        return cls(role, text, parts=tuple(parts) if has_image else ())
+
+    @property
+    def images(self) -> tuple[ImageRef | Image, ...]:
+        return tuple(p for p in self.parts if not isinstance(p, str))
 
 
 class CancelToken:

@@ -50,7 +50,10 @@ GGML_FEATURES = {
 #: ggml's GGML_AVX512 compiles for all of these at once
 AVX512_BASE = {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"}
 AMX_OFF = ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
-#: the multimodal library is not used by llmflow and costs a quarter of the build
+#: the multimodal library is not used by llmflow yet and costs a quarter of the build. Images on
+#: llama.cpp (docs/images.md) will need it: LLAVA_BUILD=ON here and in the GPU build, so that the
+#: wheel carries libmtmd.so beside libllama.so (llama_cpp/mtmd_cpp.py loads it at import, or from
+#: MTMD_CPP_LIB), and a wheel cache key of its own
 COMMON = ["-DLLAVA_BUILD=OFF"]
 
 

@@ -2,7 +2,7 @@ import pytest
 
 from llmflow.errors import ChatTemplateError, InvalidMessages
 from llmflow.prompts import ChatTemplate, PromptMap, RawPrompt, parse_messages, with_system_prompt
-from llmflow.types import Message
+from llmflow.types import ImageRef, Message
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -77,13 +77,50 @@ def test_parse_messages_accepts_text_parts():
         ([1], "messages[0]"),
         ([{"role": "user"}], "messages[0].content"),
         ([{"role": "wizard", "content": "x"}], "messages[0].role"),
-        ([{"role": "user", "content": [{"type": "image_url"}]}], "messages[0].content"),
+        ([{"role": "user", "content": [{"type": "image_url"}]}], "messages[0].content[0]"),
+        ([{"role": "user", "content": [{"type": "input_audio"}]}], "messages[0].content[0]"),
+        (
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "ftp://x"}}]}],
+            "messages[0].content[0]",
+        ),
+        (
+            [{"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}],
+            "messages[0].content[0]",
+        ),
     ],
 )
 def test_parse_messages_names_the_bad_field(raw, field):
     with pytest.raises(InvalidMessages) as info:
         parse_messages(raw)
     assert info.value.problems[0].field == field
+
+
+def test_parse_messages_keeps_images_in_their_place():
+    url = "data:image/png;base64,AAAA"
+    content = [
+        {"type": "text", "text": "a"},
+        {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
+        {"type": "image_url", "image_url": "https://example.com/b.png"},
+        {"type": "text", "text": "b"},
+    ]
+    (message,) = parse_messages([{"role": "user", "content": content}])
+    assert message.content == "ab"
+    assert message.parts == (
+        "a",
+        ImageRef("messages[0].content[1]", url),
+        ImageRef("messages[0].content[2]", "https://example.com/b.png"),
+        "b",
+    )
+    assert [image.is_remote for image in message.images] == [False, True]
+
+
+def test_a_template_sees_images_as_hugging_face_parts():
+    template = ChatTemplate(
+        "{% for m in messages %}{% for p in m.content %}"
+        "{% if p.type == 'image' %}<image>{% else %}{{ p.text }}{% endif %}{% endfor %}{% endfor %}"
+    )
+    message = Message.of_parts("user", ["look ", ImageRef("f", "data:,"), " here"])
+    assert template.render([message]) == "look <image> here"
 
 
 def test_system_prompt_only_when_none_given():

@@ -217,6 +217,30 @@ def serve(
         str,
         typer.Option(help="size the stored responses may take together (their JSON), e.g. 64MiB or 1GB"),
     ] = "64MiB",
+    allow_image_urls: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="HOST[,HOST...]",
+            help="fetch http(s) image URLs from these hosts (every hop's address checked: never a "
+            "private, loopback, link-local or reserved one); default: images come inline only",
+            show_default=False,
+        ),
+    ] = None,
+    allow_image_networks: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="CIDR[,CIDR...]",
+            help="private or reserved networks that image URLs may reach after all (e.g. 127.0.0.0/8 "
+            "for an image server on this machine)",
+            show_default=False,
+        ),
+    ] = None,
+    image_url_timeout: Annotated[
+        float, typer.Option(help="seconds to fetch one image URL, redirects included")
+    ] = 10.0,
+    max_image_bytes: Annotated[
+        str, typer.Option(help="size one image may take (inline or fetched), e.g. 20MiB")
+    ] = "20MiB",
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     switch_interval: Annotated[
         float | None,
@@ -304,6 +328,10 @@ def serve(
             response_store=None if response_store is None else str(response_store),
             response_store_max=response_store_max,
             response_store_bytes=_size_option("--response-store-bytes", response_store_bytes),
+            allow_image_urls=tuple(allow_image_urls or ()),
+            allow_image_networks=tuple(allow_image_networks or ()),
+            image_url_timeout_s=image_url_timeout,
+            max_image_bytes=_size_option("--max-image-bytes", max_image_bytes),
         )
         defaults = {
             "engine": engine,
@@ -391,6 +419,7 @@ _OPTION_OF_FIELD = {
     "shutdown_grace_s": "--shutdown-grace",
     "cors_origins": "--cors-origin",
     "idle_unload_s": "--idle-unload",
+    "image_url_timeout_s": "--image-url-timeout",
 }
 
 

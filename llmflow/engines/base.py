@@ -117,6 +117,12 @@ class Engine(ABC):
     def model_name(self) -> str: ...
 
     @property
+    def input_modalities(self) -> tuple[str, ...]:
+        """What the loaded model reads (`text`, `image`, `audio`): what `/v1/models` lists, and
+        what a request may hold (an image for a model without `image` is refused)."""
+        return ("text",)
+
+    @property
     def max_concurrency(self) -> int:
         """How many generations may run at once (1 unless the engine batches)."""
         return 1

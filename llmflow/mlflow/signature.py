@@ -1,6 +1,7 @@
 """The logged model's signature: what MLflow itself checks before llmflow sees a request.
 
-Inputs are a `prompt` string or a `messages` list of `{role, content}`. Every sampling param is
+Inputs are a `prompt` string or a `messages` list of `{role, content}` (content: a string or
+OpenAI's content parts, images as data URIs). Every sampling param is
 in the `ParamSchema` with the model's default, so MLflow rejects a wrong type and fills in what
 the caller left out.
 
@@ -16,7 +17,7 @@ from typing import Any, get_args
 
 from mlflow.models.signature import ModelSignature
 from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
-from mlflow.types.schema import Array, Object, Property
+from mlflow.types.schema import AnyType, Array, Object, Property
 
 from llmflow.params import SamplingParams
 from llmflow.registry_prompts import is_reference
@@ -45,7 +46,9 @@ _SCALAR_TYPES = {float: DataType.double, int: DataType.long, bool: DataType.bool
 
 
 def input_schema() -> Schema:
-    message = Object([Property("role", DataType.string), Property("content", DataType.string)])
+    """`content` is any type: a string, or OpenAI's content parts (text and `image_url` parts
+    with data URIs), which the model itself checks (`llmflow.prompts.parse_messages`)."""
+    message = Object([Property("role", DataType.string), Property("content", AnyType())])
     return Schema(
         [
             ColSpec(DataType.string, "prompt", required=False),

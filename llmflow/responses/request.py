@@ -17,6 +17,8 @@ The same rules read OpenAI's `POST /v1/responses` body and an MLflow `ResponsesA
   plans them as it plans a chat request's.
 - `text.format`: `json_schema` and `json_object` constrain the answer, as chat's
   `response_format` does.
+- A user message's `input_image` parts (`image_url`: a data URI or an `http(s)` URL) become its
+  images, read by `llmflow.media` (the server, before it prepares the request).
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from typing import Any
 
 from llmflow.constraints import Constraint
 from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest
+from llmflow.media.refs import image_ref
 from llmflow.params import PARAM_NAMES, SamplingParams
 from llmflow.prompts import PromptFormat
 from llmflow.tools import Tool, ToolChoice, ToolPlan, parse_tool_choice, parse_tools, plan_tools
 from llmflow.tools.formats import ControlTokens, no_control_tokens
-from llmflow.types import Message, ToolCall
+from llmflow.types import ContentPart, Message, ToolCall
 
 #: message roles of the Responses API, as llmflow's chat roles
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -197,7 +200,27 @@ def _message(item: Mapping[str, Any], where: str) -> Message:
     role = item.get("role")
     if role not in ROLES:
         raise InvalidRequest.single(f"{where}.role", f"must be one of {', '.join(ROLES)}; got {role!r}")
-    return Message(ROLES[role], _text(item.get("content"), f"{where}.content"))
+    content, where = item.get("content"), f"{where}.content"
+    if role != "user" or isinstance(content, str):
+        return Message(ROLES[role], _text(content, where))
+    if not isinstance(content, Sequence) or isinstance(content, bytes):
+        raise InvalidRequest.single(where, "must be a string or a list of content parts")
+    parts = [_part(part, f"{where}[{index}]") for index, part in enumerate(content)]
+    return Message.of_parts("user", parts)
+
+
+def _part(part: Any, where: str) -> ContentPart:
+    """A user message's part: text, or an `input_image` (by `image_url`: a data URI or a URL)."""
+    kind = part.get("type") if isinstance(part, Mapping) else None
+    if kind in TEXT_PARTS and isinstance(part.get("text"), str):
+        return str(part["text"])
+    if kind == "input_image":
+        if part.get("file_id") is not None:
+            raise InvalidRequest.single(f"{where}.file_id", "files are not supported: give image_url")
+        return image_ref(part.get("image_url"), where)
+    raise InvalidRequest.single(
+        where, f"must be a text part ({', '.join(TEXT_PARTS)}) or an input_image; got {kind!r}"
+    )
 
 
 def _text(content: Any, where: str) -> str:

@@ -11,6 +11,7 @@ in Anthropic's shape on these paths (`error_answers`); the key may come as `x-ap
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -22,13 +23,13 @@ from llmflow.generation import GenerationRequest
 from llmflow.llm import LLM, PreparedRequest
 from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT
-from llmflow.server.anthropic_request import count_tokens, read_request
+from llmflow.server.anthropic_request import MessagesInput, count_tokens, read_request
 from llmflow.server.anthropic_schemas import CountTokensRequest, MessagesRequest
 from llmflow.server.event_stream import EventStream
 from llmflow.server.model_registry import model_for
 from llmflow.server.openai import llm_for, prepare
 from llmflow.server.pipeline import observe
-from llmflow.server.state import ModelState
+from llmflow.server.state import ModelState, get_state
 from llmflow.server.transport import events, serve, start
 from llmflow.tools import ToolCallFormat
 from llmflow.wire.anthropic import PING_EVENT, MessagesEncoder
@@ -74,7 +75,7 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     timings = RequestTimings()
     state = await model_for(request, body.model)
     llm = llm_for(state)
-    read = read_request(body)
+    read = await _read(request, body)
     plan = read.plan(llm)
     prepared = await prepare(
         llm,
@@ -96,10 +97,17 @@ async def count_message_tokens(body: CountTokensRequest, request: Request) -> JS
     """The prompt tokens a Messages request with this conversation, system prompt and tools
     would have (rendered as a generation renders them)."""
     llm = llm_for(await model_for(request, body.model))
-    read = read_request(body)
+    read = await _read(request, body)
     with valid_unicode("messages"):
         tokens = await asyncio.to_thread(count_tokens, llm, read)
     return JSONResponse({"input_tokens": tokens})
+
+
+async def _read(request: Request, body: MessagesRequest | CountTokensRequest) -> MessagesInput:
+    """The request read, its images with them (`llmflow.media`, as this server allows)."""
+    read = read_request(body)
+    images = await get_state(request).images.read(read.messages)
+    return dataclasses.replace(read, messages=images)
 
 
 async def _answer(

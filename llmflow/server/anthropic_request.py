@@ -3,7 +3,8 @@
 (`tool_choice` auto / any / tool / none are its auto / required / a named function / none).
 
 - `system` (a string or text blocks) becomes the system message in front.
-- A user message's `text` blocks become a user message, its `tool_result` blocks tool messages
+- A user message's `text` and `image` blocks (a base64 or url source) become a user message,
+  its `tool_result` blocks tool messages
   answering the `tool_use` they name (one the conversation holds, else a 400), in their order;
   a result with `is_error` reads "Error: ..." to the model.
 - An assistant message's `text` blocks and `tool_use` blocks become one assistant message with
@@ -26,10 +27,13 @@ from pydantic import BaseModel, ValidationError
 
 from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest
 from llmflow.llm import LLM
+from llmflow.media.refs import base64_ref, image_ref
 from llmflow.params import SamplingParams
 from llmflow.prompts import MAX_MESSAGES
 from llmflow.server.anthropic_schemas import (
+    Base64Source,
     CountTokensRequest,
+    ImageBlock,
     InputMessage,
     MessagesRequest,
     RedactedThinkingBlock,
@@ -42,11 +46,11 @@ from llmflow.server.anthropic_schemas import (
 )
 from llmflow.tools import Tool, ToolPlan, parse_tool_choice, parse_tools, plan_tools
 from llmflow.tools import ToolChoice as LlmflowToolChoice
-from llmflow.types import Message, ToolCall
+from llmflow.types import ContentPart, ImageRef, Message, ToolCall
 
 #: content blocks a message of each role may hold, by type
 BLOCKS: Mapping[str, Mapping[str, type[BaseModel]]] = {
-    "user": {"text": TextBlock, "tool_result": ToolResultBlock},
+    "user": {"text": TextBlock, "image": ImageBlock, "tool_result": ToolResultBlock},
     "assistant": {
         "text": TextBlock,
         "tool_use": ToolUseBlock,
@@ -166,9 +170,7 @@ def _block(
     model = allowed.get(kind) if isinstance(kind, str) else None
     if model is None:
         kinds = ", ".join(allowed)
-        raise InvalidRequest.single(
-            f"{where}.type", f"a {role} message's blocks are {kinds} (llmflow reads text only); got {kind!r}"
-        )
+        raise InvalidRequest.single(f"{where}.type", f"a {role} message's blocks are {kinds}; got {kind!r}")
     return checked(model, raw, where)
 
 
@@ -200,12 +202,15 @@ def _assistant(blocks: list[BaseModel], calls: set[str]) -> list[Message]:
 
 
 def _user(blocks: list[BaseModel], calls: set[str], where: str) -> list[Message]:
-    """Text as user messages, tool results as tool messages, in their order."""
+    """Text and images as user messages, tool results as tool messages, in their order."""
     out: list[Message] = []
-    texts: list[str] = []
+    parts: list[ContentPart] = []
     for index, block in enumerate(blocks):
         if isinstance(block, TextBlock):
-            texts.append(block.text)
+            parts.append(block.text)
+            continue
+        if isinstance(block, ImageBlock):
+            parts.append(_image(block, f"{where}.{index}"))
             continue
         assert isinstance(block, ToolResultBlock)
         if block.tool_use_id not in calls:
@@ -213,15 +218,23 @@ def _user(blocks: list[BaseModel], calls: set[str], where: str) -> list[Message]
                 f"{where}.{index}.tool_use_id",
                 f"{block.tool_use_id!r} answers no tool_use block of an earlier assistant message",
             )
-        if texts:
-            out.append(Message("user", _JOIN.join(texts)))
-            texts = []
+        if parts:
+            out.append(Message.of_parts("user", parts, _JOIN))
+            parts = []
         result = "" if block.content is None else _text(block.content, f"{where}.{index}.content")
         result = f"Error: {result}" if block.is_error else result
         out.append(Message("tool", result, tool_call_id=block.tool_use_id))
-    if texts:
-        out.append(Message("user", _JOIN.join(texts)))
+    if parts:
+        out.append(Message.of_parts("user", parts, _JOIN))
     return out
+
+
+def _image(block: ImageBlock, where: str) -> ImageRef:
+    """An image block's source (its media type is not trusted: the bytes say what they are)."""
+    source = block.source
+    if isinstance(source, Base64Source):
+        return base64_ref(source.data, where)
+    return image_ref(source.url, where)
 
 
 def _text(content: str | list[dict[str, Any]], where: str) -> str:

@@ -100,6 +100,23 @@ class TextBlock(ClosedModel):
     citations: list[dict[str, Any]] | None = None
 
 
+class Base64Source(ClosedModel):
+    type: Literal["base64"]
+    media_type: str = Field(description="accepted; the image's format is read from its bytes")
+    data: str = Field(description="the image's bytes in base64")
+
+
+class UrlSource(ClosedModel):
+    type: Literal["url"]
+    url: str = Field(description="an http(s) URL, fetched only when the server allows its host")
+
+
+class ImageBlock(ClosedModel):
+    type: Literal["image"]
+    source: Annotated[Base64Source | UrlSource, Field(discriminator="type")]
+    cache_control: dict[str, Any] | None = None
+
+
 class ToolUseBlock(ClosedModel):
     type: Literal["tool_use"]
     id: str = Field(min_length=1)

@@ -37,7 +37,7 @@ from llmflow.server.schemas import (
     TextCompletion,
     error_responses,
 )
-from llmflow.server.state import ModelState, get_state
+from llmflow.server.state import ModelState, ServerState, get_state
 from llmflow.server.transport import serve, start
 from llmflow.tools import ToolPlan, parse_tool_choice, parse_tools, plan_tools
 from llmflow.types import Message
@@ -81,6 +81,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     max_tokens = body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens
     params = _sampling_params(state, body, max_tokens=max_tokens)
     messages = parse_messages([_message_dict(message) for message in body.messages])
+    messages = await get_state(request).images.read(messages)
     plan = _tool_plan(llm, body, messages)
     constraint = _one_constraint(_output_constraint(body), plan.constraint)
     effort = body.reasoning_effort
@@ -120,14 +121,23 @@ async def list_models(request: Request) -> JSONResponse:
         if m.served.llm
         for a in m.served.llm.engine.lora_names
     ]
-    return JSONResponse(model_list([*state.models.names, *adapters], state.created))
+    modalities = _modalities(state)
+    modalities.update({name: modalities[name.split(":")[0]] for name in adapters})
+    return JSONResponse(model_list([*state.models.names, *adapters], state.created, modalities))
 
 
 @router.get("/models/{model}", response_model=ModelCard, responses=error_responses(401, 404))
 async def get_model(model: str, request: Request) -> JSONResponse:
     state = get_state(request)
     name = state.models.slot(model).name  # a model not served: 404 (it is not loaded for this)
-    return JSONResponse(model_card(name, state.created))
+    return JSONResponse(model_card(name, state.created, _modalities(state).get(name)))
+
+
+def _modalities(state: ServerState) -> dict[str, tuple[str, ...]]:
+    """What each loaded model reads (a model not loaded yet cannot say)."""
+    return {
+        m.served.name: m.served.llm.engine.input_modalities for m in state.models.loaded() if m.served.llm
+    }
 
 
 # -- request checks -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.types import Receive
 
+from llmflow.media.redact import without_image_data
 from llmflow.observability import ObservedGeneration, RequestTimings, RequestTrace, tracing_wanted
 from llmflow.observability.propagation import caller_trace
 from llmflow.observability.trace import SPAN_TYPE_LLM
@@ -38,7 +39,8 @@ def observe(
     if not tracing_wanted(*choices, state.settings.tracing, True if caller and caller.sampled else None):
         return ObservedGeneration(timings)
     attributes = {"llmflow.engine": state.served.engine_name, "llmflow.model": state.served.name}
-    trace = RequestTrace(name, inputs(), attributes=attributes, span_type=span_type, caller=caller)
+    recorded = without_image_data(inputs())  # an inline image's bytes stay out of the trace
+    trace = RequestTrace(name, recorded, attributes=attributes, span_type=span_type, caller=caller)
     return ObservedGeneration(timings, trace)
 
 

@@ -16,6 +16,7 @@ them. The ResponsesAgent routes keep nothing, as MLflow's AgentServer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     store = get_state(request).responses
     turn = Turn.of(fields, store)
     read = read_request(fields, extensions, params_field="", earlier=turn.earlier)
+    read = dataclasses.replace(read, messages=await get_state(request).images.read(read.messages))
     echo = {**fields, "store": turn.store, "previous_response_id": turn.previous_response_id}
     with valid_unicode("input"):
         prepared = await asyncio.to_thread(prepare_response, llm, read, state.served.name, echo)

@@ -3,7 +3,7 @@ the OpenAPI document shows. Responses are built as plain dicts on the hot path (
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +25,22 @@ class TextPart(ClosedModel):
     text: str
 
 
+class ImageUrl(ClosedModel):
+    url: str = Field(
+        description="a data URI (data:image/png;base64,...), or an http(s) URL the server allows"
+    )
+    detail: Literal["auto", "low", "high"] | None = Field(None, description="accepted and ignored")
+
+
+class ImageUrlPart(ClosedModel):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+#: a part of a message's content (images in a user message only)
+ContentPart = Annotated[TextPart | ImageUrlPart, Field(discriminator="type")]
+
+
 class FunctionCall(BaseModel):
     name: str
     arguments: str = Field(description="the arguments as a JSON string")
@@ -43,8 +59,10 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = Field(
-        None, description="may be null in an assistant message with tool_calls"
+    content: str | list[ContentPart] | None = Field(
+        None,
+        description="text, or text and image_url parts (a user message's images); may be null in an "
+        "assistant message with tool_calls",
     )
     name: str | None = None
     tool_calls: list[ToolCallItem] | None = Field(None, description="an assistant message's function calls")
@@ -289,6 +307,9 @@ class ModelCard(BaseModel):
     object: Literal["model"]
     created: int
     owned_by: str
+    input_modalities: list[Literal["text", "image", "audio"]] | None = Field(
+        None, description="llmflow: what the model reads (a model not loaded yet: absent)"
+    )
 
 
 class ModelList(BaseModel):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from llmflow.media import images
+from llmflow.media.reader import ImageReader
+from llmflow.media.urls import DEFAULT_TIMEOUT_S, UrlPolicy
 from llmflow.server.memory import parse_size
 from llmflow.server.response_store import DEFAULT_MAX_BYTES, DEFAULT_MAX_COUNT
 
@@ -92,7 +96,59 @@ class ServerSettings(BaseModel):
         "beyond, the least recently used go",
     )
 
-    @field_validator("max_memory", "response_store_bytes", mode="before")
+    allow_image_urls: tuple[str, ...] = Field(
+        (),
+        description="hosts whose http(s) image URLs the server fetches (each hop's address checked: "
+        "never a private, loopback, link-local or reserved one); none: images come inline only",
+    )
+    allow_image_networks: tuple[str, ...] = Field(
+        (),
+        description="private or reserved networks (CIDR, e.g. 127.0.0.0/8) that image URLs may reach "
+        "after all, for an image server on this machine or this network",
+    )
+    image_url_timeout_s: float = Field(
+        DEFAULT_TIMEOUT_S, gt=0, description="time limit for fetching one image URL, redirects included"
+    )
+    max_image_bytes: int = Field(
+        images.DEFAULT_MAX_BYTES, ge=1, description="bytes (or a size such as '20MiB') one image may take"
+    )
+    max_image_pixels: int = Field(
+        images.DEFAULT_MAX_PIXELS,
+        ge=1,
+        description="pixels one image may declare (checked before it is decoded: a decompression bomb)",
+    )
+    max_images: int = Field(
+        images.DEFAULT_MAX_IMAGES, ge=0, description="images one request may hold at most"
+    )
+
+    @field_validator("max_memory", "response_store_bytes", "max_image_bytes", mode="before")
     @classmethod
     def _read_size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value
+
+    @field_validator("allow_image_urls", "allow_image_networks", mode="before")
+    @classmethod
+    def _read_list(cls, value: object) -> object:
+        """A comma-separated string, or a list (of such strings)."""
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            return value
+        return tuple(part.strip() for item in items for part in str(item).split(",") if part.strip())
+
+    @field_validator("allow_image_networks")
+    @classmethod
+    def _check_networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{network!r} is not a network (such as 127.0.0.0/8 or 10.1.2.3)") from None
+        return value
+
+    def image_reader(self) -> ImageReader:
+        """How this server reads a request's images: its limits and its URL policy."""
+        limits = images.ImageLimits(self.max_image_bytes, self.max_image_pixels, self.max_images)
+        urls = UrlPolicy.of(
+            self.allow_image_urls, self.allow_image_networks, timeout_s=self.image_url_timeout_s
+        )
+        return ImageReader(limits, urls)

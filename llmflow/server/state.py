@@ -9,10 +9,12 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from llmflow.media.reader import ImageReader
 from llmflow.server.admission import Admission
 from llmflow.server.metrics import ServerMetrics
 from llmflow.server.response_store import ResponseStore
@@ -119,6 +121,11 @@ class ServerState:
     known_paths: set[str] = field(default_factory=set)
     #: the kept responses of /v1/responses (`store`, `previous_response_id`)
     responses: ResponseStore = field(default_factory=ResponseStore)
+
+    @cached_property
+    def images(self) -> ImageReader:
+        """How a request's images are read (the settings' limits and URL policy)."""
+        return self.settings.image_reader()
 
     def end_generations(self) -> None:
         for model in self.models.loaded():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmflow.generation import (
@@ -238,9 +239,18 @@ class ChatEncoder(CompletionsEncoder):
         }
 
 
-def model_list(names: list[str], created: int) -> dict[str, Any]:
-    return {"object": "list", "data": [model_card(name, created) for name in names]}
+def model_list(
+    names: list[str], created: int, modalities: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, Any]:
+    """`modalities`: the input modalities of the models loaded, by name (see `model_card`)."""
+    known = modalities or {}
+    return {"object": "list", "data": [model_card(name, created, known.get(name)) for name in names]}
 
 
-def model_card(name: str, created: int) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": created, "owned_by": "llmflow"}
+def model_card(name: str, created: int, modalities: Sequence[str] | None = None) -> dict[str, Any]:
+    """OpenAI's model object; llmflow adds `input_modalities` (OpenRouter's name: `text`,
+    `image`) once the model is loaded and its engine can say."""
+    card: dict[str, Any] = {"id": name, "object": "model", "created": created, "owned_by": "llmflow"}
+    if modalities is not None:
+        card["input_modalities"] = list(modalities)
+    return card

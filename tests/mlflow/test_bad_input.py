@@ -15,6 +15,15 @@ from llmflow.errors import ContextLengthExceeded, InvalidMessages
 from llmflow.mlflow import InvalidModelInput, LlmflowPyfuncModel, find_llm
 from tests.mlflow.store import using
 
+#: a PNG of one pixel, as a data URI
+IMAGE_PART = {
+    "type": "image_url",
+    "image_url": {
+        "url": "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8"
+        "DwHwAFBQIAX8"
+        "jx0gAAAABJRU5ErkJggg=="
+    },
+}
 BAD_INPUTS = [
     pytest.param({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, "not both", id="both"),
     pytest.param({"prompt": 5}, "prompt", id="prompt-not-a-string"),
@@ -23,6 +32,16 @@ BAD_INPUTS = [
     pytest.param({"messages": [{"role": "wizard", "content": "x"}]}, "wizard", id="unknown-role"),
     pytest.param({"messages": [{"role": "user"}]}, "content", id="message-without-content"),
     pytest.param({"messages": [{"role": "user", "content": 3}]}, "content", id="content-not-a-string"),
+    pytest.param(
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "What?"}, IMAGE_PART]}]},
+        r"messages\[0\]\.content\[1\]: the model .* takes no images",
+        id="an-image-for-a-text-only-model",
+    ),
+    pytest.param(
+        {"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
+        r"messages\[0\]\.content\[0\]",
+        id="an-unknown-content-part",
+    ),
 ]
 
 BAD_PARAMS = [

@@ -87,8 +87,24 @@ BAD_BODIES: dict[str, tuple[dict[str, Any], str]] = {
     "a bad role": (_with(messages=[{"role": "system", "content": "x"}]), "messages.0.role"),
     "content not text or blocks": (_with(messages=[{"role": "user", "content": 5}]), "messages.0.content"),
     "content a list of strings": (_with(messages=[{"role": "user", "content": ["a"]}]), "messages.0.content"),
-    "an image block": (
+    "an image block without a media type": (
         _with(messages=_user({"type": "image", "source": {"type": "base64", "data": "AA=="}})),
+        "messages.0.content.0.source.base64.media_type",
+    ),
+    "an image block of no image": (
+        _with(
+            messages=_user(
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
+            )
+        ),
+        "messages.0.content.0",
+    ),
+    "an image in an assistant message": (
+        _with(
+            messages=[
+                {"role": "assistant", "content": [{"type": "image", "source": {"type": "url", "url": "x"}}]}
+            ]
+        ),
         "messages.0.content.0.type",
     ),
     "a block of no type": (_with(messages=_user({"text": "x"})), "messages.0.content.0.type"),
