@@ -153,11 +153,12 @@ class UnknownAdapter(ModelNotFound):
 
     param = "lora"
 
-    def __init__(self, name: str, loaded: list[str]):
+    def __init__(self, name: str, loaded: list[str], field: str = "lora"):
         self.name = name
         self.loaded = loaded
+        self.param = field
         have = ", ".join(repr(n) for n in loaded) or "none"
-        super().__init__(f"no LoRA adapter {name!r} is loaded on this model (loaded: {have})")
+        super().__init__(f"{field}: no LoRA adapter {name!r} is loaded on this model (loaded: {have})")
 
 
 class AdapterLoadFailed(InvalidRequest):

@@ -8,6 +8,7 @@ for chunk in llm.stream("Hello!", {"max_tokens": 32}):
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -31,6 +32,7 @@ from llmflow.prompts import ChatTemplate, PromptFormat, parse_messages, prompt_f
 from llmflow.registry_prompts import (
     LivePrompt,
     RegistryPrompt,
+    is_live,
     is_reference,
     read_prompt,
     system_prompt_source,
@@ -67,14 +69,15 @@ class LLM:
     def __init__(
         self,
         engine: Engine,
-        prompt_format: PromptFormat | None = None,
+        prompt_format: PromptFormat | LivePrompt[PromptFormat] | None = None,
         default_params: SamplingParams | None = None,
         system_prompt: str | RegistryPrompt | LivePrompt | None = None,
     ):
         self.engine = engine
-        self.prompt_format = prompt_format or prompt_format_of(engine.template_text())
-        if isinstance(self.prompt_format, ChatTemplate):
-            self.prompt_format.validate()  # a broken template fails now, not at the first request
+        #: how conversations become prompts: a format, or a registry chat template kept current
+        self.format_source = prompt_format or prompt_format_of(engine.template_text())
+        if isinstance(self.format_source, ChatTemplate):
+            self.format_source.validate()  # a broken template fails now, not at the first request
         self.default_params = default_params or SamplingParams()
         #: the default system prompt: text, or a registry prompt (kept current when live)
         self.system_source = system_prompt
@@ -97,6 +100,7 @@ class LLM:
         generations will come from several threads at once, so when the spec names no engine,
         pick one that decodes them together (for a GGUF file, `llama_cpp_batched`)."""
         path = resolve_model_path(model)
+        live_template = spec.chat_template if _is_live_template(spec) else None
         if is_reference(spec.chat_template):  # read from the registry before any weights
             assert spec.chat_template is not None
             template = read_prompt(spec.chat_template, "chat_template").text
@@ -109,12 +113,22 @@ class LLM:
             _close_source(system)
             raise
         try:
-            prompt_format = spec.prompt_format(engine.template_text())
+            own = engine.template_text()
+            prompt_format: PromptFormat | LivePrompt[PromptFormat] = spec.prompt_format(own)
+            if live_template is not None:  # kept current, each version with the model's special tokens
+                parse = functools.partial(prompt_format_of, own)
+                prompt_format = LivePrompt(live_template, "chat_template", spec.prompt_refresh_s, parse)
         except BaseException:
             engine.close()
             _close_source(system)
             raise
         return cls(engine, prompt_format, spec.sampling_params, system)
+
+    @property
+    def prompt_format(self) -> PromptFormat:
+        """How conversations become prompts now (a registry template's current version)."""
+        source = self.format_source
+        return source.parsed if isinstance(source, LivePrompt) else source
 
     @property
     def system_prompt(self) -> str | None:
@@ -356,7 +370,14 @@ class LLM:
 
     def close(self) -> None:
         _close_source(self.system_source)
+        _close_source(self.format_source)
         self.engine.close()
+
+
+def _is_live_template(spec: LoadSpec) -> bool:
+    """The spec's chat template is a registry alias (or latest version) to keep current; a prompt
+    map, when given, is the format instead."""
+    return spec.prompt_map is None and spec.chat_template is not None and is_live(spec.chat_template)
 
 
 def _close_source(source: object) -> None:

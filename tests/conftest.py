@@ -24,3 +24,27 @@ def default_served():
     assert served.engine_name == "llama_cpp_batched"
     yield served
     served.llm.close()
+
+
+@pytest.fixture(scope="session")
+def lora_adapters(tmp_path_factory):
+    """LoRA adapters made by the project's own script (random weights through llama.cpp's
+    converter): two of the embedded model's shape (seeds 1 and 2) and one of another shape,
+    made once for the session (each converter run is mostly its imports, so they run together)."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_lora.py"
+    where = tmp_path_factory.mktemp("lora")
+    made = {"a": ("--seed", "1"), "b": ("--seed", "2"), "wrong": ("--mismatch",)}
+
+    def make(name: str) -> Path:
+        out = where / f"{name}.gguf"
+        command = [sys.executable, str(script), str(out), *made[name]]
+        subprocess.run(command, check=True, capture_output=True, timeout=900)
+        return out
+
+    with ThreadPoolExecutor(len(made)) as pool:
+        return dict(zip(made, pool.map(make, made), strict=True))

@@ -44,7 +44,10 @@ def log(
     ] = None,
     lora: Annotated[
         list[str] | None,
-        typer.Option(help="a LoRA adapter logged with the model, NAME=PATH to its GGUF file (repeatable)"),
+        typer.Option(
+            help="a LoRA adapter logged with the model, NAME=PATH: a GGUF adapter file (llama.cpp "
+            "engines) or a PEFT adapter directory (transformers) (repeatable)"
+        ),
     ] = None,
     chat_template: Annotated[
         Path | None, typer.Option(help="a Jinja2 chat template file; default: the model's own")

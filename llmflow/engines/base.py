@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -104,6 +104,9 @@ class Engine(ABC):
     pushes_tokens: ClassVar[bool] = False
     #: True when `generate` yields `ScoredToken`s for params with `logprobs` set
     scores_tokens: ClassVar[bool] = False
+    #: the LoRA adapters it loads: "gguf" (a GGUF adapter file, llama.cpp's), "peft" (a PEFT
+    #: adapter directory); None: none (see `load_adapter`)
+    lora_format: ClassVar[Literal["gguf", "peft"] | None] = None
     #: the validated load options (an engine sets its own; `seed` is every engine's default seed)
     options: EngineOptions = EngineOptions()
 
@@ -240,7 +243,8 @@ class Engine(ABC):
         raise InvalidParams.single("lora", f"the {self.name} engine does not apply LoRA adapters")
 
     def load_adapter(self, name: str, path: str) -> None:
-        """Load a LoRA adapter file as `name`, while the model stays loaded."""
+        """Load a LoRA adapter (a file or directory, as `lora_format` says) as `name`, while the
+        model stays loaded."""
         raise InvalidParams.single("lora", f"the {self.name} engine does not apply LoRA adapters")
 
     def unload_adapter(self, name: str) -> None:

@@ -254,6 +254,7 @@ class LlamaCppEngine(VocabMethods, Engine):
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
     thread_option: ClassVar[str | None] = "n_threads"
     scores_tokens: ClassVar[bool] = True
+    lora_format: ClassVar[Literal["gguf", "peft"] | None] = "gguf"
 
     def __init__(
         self,

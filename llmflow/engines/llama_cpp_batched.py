@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
@@ -169,6 +169,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
     pip_packages: ClassVar[tuple[str, ...]] = ("llama-cpp-python",)
     thread_option: ClassVar[str | None] = "n_threads"
     scores_tokens: ClassVar[bool] = True
+    lora_format: ClassVar[Literal["gguf", "peft"] | None] = "gguf"
 
     def __init__(
         self,

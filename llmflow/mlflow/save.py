@@ -96,11 +96,13 @@ def model_source(
 
 
 def _adapters(lora: Mapping[str, str | Path] | None, engine: str) -> dict[str, str]:
-    """LoRA adapters to log with the model, name -> local file (copied as artifacts `lora.NAME`
-    unless the model is logged by reference); checked to exist, their names to be plain."""
+    """LoRA adapters to log with the model, name -> local file or directory, as the engine loads
+    them (copied as artifacts `lora.NAME` unless the model is logged by reference); checked to
+    exist, their names to be plain."""
     if not lora:
         return {}
-    if engine not in ("llama_cpp", "llama_cpp_batched"):
+    kind = engine_class(engine).lora_format
+    if kind is None:
         raise InvalidParams.single("lora", f"the {engine} engine does not apply LoRA adapters")
     found: dict[str, str] = {}
     for name, path in lora.items():
@@ -108,10 +110,14 @@ def _adapters(lora: Mapping[str, str | Path] | None, engine: str) -> dict[str, s
             raise InvalidParams.single(
                 "lora", f"{name!r}: an adapter's name is letters, digits, '_', '.', '-'"
             )
-        file = Path(path).expanduser().resolve()
-        if not file.is_file():
-            raise InvalidParams.single("lora", f"{name!r}: no adapter file {str(path)!r}")
-        found[name] = str(file)
+        where = Path(path).expanduser().resolve()
+        if kind == "gguf" and not where.is_file():
+            raise InvalidParams.single("lora", f"{name!r}: no GGUF adapter file {str(path)!r}")
+        if kind == "peft" and not (where / "adapter_config.json").is_file():
+            raise InvalidParams.single(
+                "lora", f"{name!r}: no PEFT adapter directory (with adapter_config.json) at {str(path)!r}"
+            )
+        found[name] = str(where)
     return found
 
 
@@ -242,7 +248,7 @@ def _add_weights_artifact(path: Path, source: ModelSource, mlflow_model: Any, pr
         }
     }
     for name, file in (source.spec.lora or {}).items():  # LoRA adapters travel with the model
-        target = Path("artifacts", "lora", f"{name}.gguf")
+        target = Path("artifacts", "lora", name if Path(file).is_dir() else f"{name}.gguf")
         copy_weights(Path(file), path / target, progress=progress)
         flavor[MODEL_CONFIG]["lora"][name] = target.as_posix()  # no local path in the MLmodel
         flavor[CONFIG_KEY_ARTIFACTS][f"{LORA_ARTIFACT}{name}"] = {

@@ -26,7 +26,7 @@ from llmflow.observability.trace import SPAN_TYPE_CHAT
 from llmflow.server.anthropic_request import MessagesInput, count_tokens, read_request
 from llmflow.server.anthropic_schemas import CountTokensRequest, MessagesRequest
 from llmflow.server.event_stream import EventStream
-from llmflow.server.model_registry import model_for
+from llmflow.server.model_registry import adapter_param, model_for
 from llmflow.server.openai import llm_for, prepare
 from llmflow.server.pipeline import observe
 from llmflow.server.state import ModelState, get_state
@@ -77,10 +77,11 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     llm = llm_for(state)
     read = await _read(request, body)
     plan = read.plan(llm)
+    defaults = llm.default_params.merged(adapter_param(state, body.model))  # `model` as BASE:ADAPTER
     prepared = await prepare(
         llm,
         plan.messages,
-        read.sampling(llm.default_params),
+        read.sampling(defaults),
         raw=False,
         plan=plan,
         constraint=plan.constraint,

@@ -46,7 +46,7 @@ from llmflow.server import mlflow_scoring
 from llmflow.server.error_answers import error_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
 from llmflow.server.mlflow_format import ChunkDictEncoder
-from llmflow.server.model_registry import model_for
+from llmflow.server.model_registry import adapter_named, model_for
 from llmflow.server.pipeline import collect, observe
 from llmflow.server.responses import answer_agent, pop_stream_flag
 from llmflow.server.running import start_generation, stop_on_disconnect
@@ -140,6 +140,11 @@ async def serving_endpoint_invocations(name: str, request: Request) -> Response:
     except UnknownModel as exc:
         served = ", ".join(repr(name) for name in exc.served)
         raise ModelNotFound(f"no serving endpoint {name!r}; this server serves {served}") from None
+    if adapter_named(name, state.served.name) is not None:  # an endpoint is a model, not an adapter
+        raise ModelNotFound(
+            f"no serving endpoint {name!r}: serve {state.served.name!r} and pick its LoRA adapter "
+            "with the `lora` param"
+        )
     return await invoke(request, state, ping_s=None, databricks=True)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from llmflow.errors import UnknownModel
+from llmflow.errors import UnknownAdapter, UnknownModel
 from llmflow.server.memory import format_size, loaded_bytes, too_large, weights_on_disk
 from llmflow.server.metrics import ModelLoad, ServerMetrics
 from llmflow.server.model_config import ModelConfig, check_unique
@@ -283,6 +283,21 @@ def adapter_named(name: str | None, served: str) -> str | None:
     if name is None or name == served or not name.startswith(f"{served}:"):
         return None
     return name[len(served) + 1 :]
+
+
+def adapter_param(state: ModelState, model: str | None, lora: str | None = None) -> dict[str, str]:
+    """The `lora` param a request's `model` adds when it names one of the served model's LoRA
+    adapters as BASE:ADAPTER: `{"lora": ADAPTER}`; else {} (no adapter named, or the request's
+    own `lora` names one: that one wins). Every route that takes `model` asks here, so an
+    adapter the model has not loaded is `UnknownAdapter` naming `model` on each of them."""
+    adapter = adapter_named(model, state.served.name)
+    if adapter is None or lora is not None:
+        return {}
+    llm = state.served.llm
+    loaded = llm.engine.lora_names if llm is not None else ()
+    if adapter not in loaded:
+        raise UnknownAdapter(adapter, list(loaded), field="model")
+    return {"lora": adapter}
 
 
 async def model_for(request: Request, name: str | None) -> ModelState:

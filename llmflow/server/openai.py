@@ -24,7 +24,7 @@ from llmflow.observability import RequestTimings
 from llmflow.observability.trace import SPAN_TYPE_CHAT, SPAN_TYPE_LLM
 from llmflow.params import SamplingParams
 from llmflow.prompts import parse_messages
-from llmflow.server.model_registry import adapter_named, model_for
+from llmflow.server.model_registry import adapter_param, model_for
 from llmflow.server.pipeline import observe
 from llmflow.server.schemas import (
     SSE_DESCRIPTION,
@@ -159,9 +159,7 @@ def _sampling_params(
     if problems:
         raise InvalidRequest(problems)
     values = {name: getattr(body, name) for name in _SAMPLING_FIELDS if getattr(body, name) is not None}
-    adapter = adapter_named(body.model, state.served.name)
-    if adapter is not None and body.lora is None:
-        values["lora"] = adapter
+    values.update(adapter_param(state, body.model, body.lora))
     if max_tokens is not None:
         values["max_tokens"] = max_tokens
     values["logprobs"] = _logprobs(body)

@@ -34,7 +34,7 @@ from llmflow.responses.items import input_items
 from llmflow.responses.request import read_request
 from llmflow.responses.turn import PreparedResponse, prepare_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
-from llmflow.server.model_registry import model_for
+from llmflow.server.model_registry import adapter_param, model_for
 from llmflow.server.openai import llm_for
 from llmflow.server.pipeline import observe
 from llmflow.server.response_store import ResponseStore, StoredResponse
@@ -47,7 +47,7 @@ router = APIRouter(tags=["Responses"])
 
 RESPONSES_SPAN = "llmflow.responses"
 #: llmflow's sampling params a /v1/responses body may carry as extensions
-_EXTENSIONS = ("top_k", "min_p", "repetition_penalty", "stop", "seed")
+_EXTENSIONS = ("top_k", "min_p", "repetition_penalty", "stop", "seed", "lora", "lora_scale")
 _DOC = {
     200: {
         "description": "a `response` object; with `stream: true`: " + SSE_DESCRIPTION,
@@ -66,6 +66,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     llm = llm_for(state)
     fields = body.model_dump(exclude_none=True)
     extensions = {name: fields.pop(name) for name in _EXTENSIONS if name in fields}
+    extensions.update(adapter_param(state, body.model, extensions.get("lora")))
     store = get_state(request).responses
     turn = Turn.of(fields, store)
     read = read_request(fields, extensions, params_field="", earlier=turn.earlier)
@@ -224,7 +225,9 @@ async def agent_responses(request: Request) -> Response:
     model, since MLflow's AgentServer needs none); llmflow sampling params go in `custom_inputs`."""
     timings = RequestTimings()
     payload = _json_object(await request.body())
-    state = await model_for(request, _model_name(payload))
+    model = _model_name(payload)
+    state = await model_for(request, model)
+    _with_adapter(payload, state, model)
     return await answer_agent(state, request, payload, pop_stream_flag(payload), timings)
 
 
@@ -295,6 +298,16 @@ def _model_name(payload: dict[str, Any]) -> str | None:
     if name is not None and not isinstance(name, str):
         raise InvalidRequest.single("model", "must be a string: a served model's name")
     return name
+
+
+def _with_adapter(payload: dict[str, Any], state: ModelState, model: str | None) -> None:
+    """The LoRA adapter `model` names as BASE:ADAPTER as the `lora` of `custom_inputs`, where a
+    ResponsesAgent reads llmflow's params (a `lora` there wins)."""
+    custom = payload.get("custom_inputs")
+    given = custom.get("lora") if isinstance(custom, Mapping) else None
+    adapter = adapter_param(state, model, given)
+    if adapter and (custom is None or isinstance(custom, Mapping)):
+        payload["custom_inputs"] = {**(custom or {}), **adapter}
 
 
 def pop_stream_flag(payload: dict[str, Any]) -> bool:

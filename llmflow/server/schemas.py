@@ -206,6 +206,10 @@ class ResponsesRequest(ClosedModel):
     repetition_penalty: float | None = Field(None, description="llmflow extension; 1 = off")
     stop: str | list[str] | None = Field(None, description="llmflow extension")
     seed: int | None = Field(None, description="llmflow extension")
+    lora: str | None = Field(
+        None, description="llmflow extension: a loaded LoRA adapter's name (or send `model` as BASE:ADAPTER)"
+    )
+    lora_scale: float | None = Field(None, description="llmflow extension: the adapter's weight (default 1)")
     store: bool | None = Field(
         None,
         description="keep the response for previous_response_id and GET /v1/responses/{id} (default true)",

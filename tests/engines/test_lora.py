@@ -8,8 +8,6 @@ refused clearly."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,27 +22,16 @@ from llmflow.server import ServedModel, load_served
 from tests.mlflow.store import Store, using
 from tests.server.conftest import TIMEOUT_S, running
 
-ROOT = Path(__file__).resolve().parents[2]
 GREEDY = {"temperature": 0, "max_tokens": 12}
 #: making the adapters runs llama.cpp's converter (torch and transformers) three times
 pytestmark = pytest.mark.timeout(1200)
 PROMPT = "Tell me about cats."
 
 
-def _make(out: Path, *extra: str) -> Path:
-    command = [sys.executable, str(ROOT / "scripts" / "make_lora.py"), str(out), *extra]
-    subprocess.run(command, check=True, capture_output=True, timeout=900)
-    return out
-
-
 @pytest.fixture(scope="module")
-def adapters(tmp_path_factory) -> dict[str, Path]:
+def adapters(lora_adapters) -> dict[str, Path]:
     """Two adapters of the embedded model's shape (different seeds) and one of another shape."""
-    where = tmp_path_factory.mktemp("lora")
-    made = {"a": ("--seed", "1"), "b": ("--seed", "2"), "wrong": ("--mismatch",)}
-    with ThreadPoolExecutor(len(made)) as pool:  # each converter run is mostly its imports
-        paths = pool.map(lambda name: _make(where / f"{name}.gguf", *made[name]), made)
-    return dict(zip(made, paths, strict=True))
+    return lora_adapters
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +115,7 @@ def test_a_served_model_picks_adapters_per_request_and_loads_them_while_serving(
             "/v1/chat/completions",
             json={"model": f"{served.name}:nope", "messages": [{"role": "user", "content": "Hi"}]},
         )
-        assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "lora"
+        assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"
         wrong = http.post("/v1/lora-adapters", json={"name": "w", "path": str(adapters["wrong"])})
         assert wrong.status_code == 400 and "shape" in wrong.json()["error"]["message"]
         assert http.delete("/v1/lora-adapters/b").json()["adapters"] == [

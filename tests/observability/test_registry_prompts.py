@@ -131,3 +131,41 @@ def test_a_logged_model_reads_its_registry_prompt_when_loaded(prompt, store):
         assert loaded.predict({"prompt": "Hi"}, params={"max_tokens": 2})
     finally:
         llm.close()
+
+
+def test_a_registry_chat_template_alias_is_followed_and_a_broken_version_kept_out(store, caplog):
+    """`chat_template="prompts:/NAME@ALIAS"` is kept current as a system prompt is: the served
+    model renders with the alias's new version within the refresh interval; a version that is
+    no template (it does not compile) is kept out, with a log line, and the last good one stays."""
+    name = f"template-{uuid.uuid4().hex[:8]}"
+    mlflow.genai.register_prompt(name=name, template="{% for m in messages %}[{{ m.content }}]{% endfor %}")
+    longer = "{% for m in messages %}<<< the message reads: {{ m.content }} >>>{% endfor %}"
+    mlflow.genai.register_prompt(name=name, template=longer)
+    mlflow.genai.register_prompt(name=name, template="{% for m in messages %}{{ m.content ")
+    mlflow.genai.set_prompt_alias(name, alias="production", version=1)
+    reference = f"prompts:/{name}@production"
+    llm = LLM.load(chat_template=reference, prompt_refresh_s=REFRESH_S, engine="llama_cpp")
+    try:
+        with running(ServedModel.from_llm(llm)) as server, _http(server) as http:
+            first = _chat(http, model=llm.model_name, max_tokens=1)
+            assert first.status_code == 200, first.text
+            assert llm.render("Hi") == "[Hi]"
+
+            mlflow.genai.set_prompt_alias(name, alias="production", version=2)
+            moved_at = time.monotonic()
+            while llm.render("Hi") != "<<< the message reads: Hi >>>":
+                assert time.monotonic() - moved_at < REFRESH_S + 10, "the alias move never arrived"
+                time.sleep(REFRESH_S / 3)
+            second = _chat(http, model=llm.model_name, max_tokens=1)
+            assert second.json()["usage"]["prompt_tokens"] > first.json()["usage"]["prompt_tokens"]
+
+            live = llm.format_source
+            live.close()  # the refresh below is the only one
+            mlflow.genai.set_prompt_alias(name, alias="production", version=3)
+            with caplog.at_level(logging.WARNING, logger="llmflow.registry_prompts"):
+                live.refresh()
+            assert live.current.version == 2 and f"prompts:/{name}@production" in caplog.text
+            kept = _chat(http, model=llm.model_name, max_tokens=1)
+            assert kept.json()["usage"]["prompt_tokens"] == second.json()["usage"]["prompt_tokens"]
+    finally:
+        llm.close()

@@ -7,12 +7,14 @@ import gc
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine, TokenRequest
+from llmflow.engines.hf.adapters import PeftAdapters
 from llmflow.engines.hf.options import Placement, TransformersOptions, resolve
-from llmflow.errors import EngineUnavailable, InvalidRequest, ModelNotFound
+from llmflow.engines.lora import adapter_key, with_adapters
+from llmflow.errors import EngineUnavailable, InvalidParams, InvalidRequest, ModelNotFound
 from llmflow.streaming.detokenizer import Detokenizer
 from llmflow.types import TemplateText
 
@@ -31,6 +33,7 @@ class TransformersEngine(Engine):
     concurrent: bool = False  # True on an instance that batches
     #: llmflow's own decode loop scores tokens; under continuous batching `hf.rescoring` does
     scores_tokens: ClassVar[bool] = True
+    lora_format: ClassVar[Literal["gguf", "peft"] | None] = "peft"
 
     def __init__(self, model: Any, tokenizer: Any, options: TransformersOptions, model_name: str):
         self._model = model
@@ -45,6 +48,7 @@ class TransformersEngine(Engine):
         self._n_ctx = _context_window(model, options, self.placement)
         self._runner: Any = None
         self._batcher: Any = None
+        self._adapters = PeftAdapters(model)
         if options.continuous_batching:
             self._start_batching()
         else:
@@ -64,6 +68,8 @@ class TransformersEngine(Engine):
                 f"the transformers engine needs torch and transformers ({INSTALL_HINT}): {exc}"
             ) from None
         placement = resolve(parsed)
+        if parsed.lora:
+            _check_adapters_allowed(parsed, placement)
         extra = {"attn_implementation": parsed.attn_implementation} if parsed.attn_implementation else {}
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=parsed.trust_remote_code)
@@ -73,7 +79,7 @@ class TransformersEngine(Engine):
         except (OSError, ValueError) as exc:
             raise ModelNotFound(f"transformers could not load {str(path)!r}: {exc}") from None
         model.to(placement.device).eval()
-        return cls(model, tokenizer, parsed, path.name)
+        return with_adapters(cls(model, tokenizer, parsed, path.name), parsed.lora)
 
     @classmethod
     def from_model(
@@ -105,6 +111,20 @@ class TransformersEngine(Engine):
     @property
     def model(self) -> Any:
         return self._model
+
+    @property
+    def lora_names(self) -> tuple[str, ...]:
+        return self._adapters.names
+
+    def check_adapter(self, name: str) -> None:
+        self._adapters.check(name)
+
+    def load_adapter(self, name: str, path: str) -> None:
+        _check_adapters_allowed(self.options, self.placement)
+        self._adapters.load(name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        self._adapters.unload(name)
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         add = add_special and self._add_special
@@ -187,20 +207,23 @@ class TransformersEngine(Engine):
             torch.cuda.empty_cache()
 
     def _decode(self, request: TokenRequest) -> Iterator[int]:
+        """llmflow's own decode loop, computing with the request's adapter from the first token to
+        the last (no adapter loads or unloads meanwhile)."""
         from llmflow.engines.hf.decode import as_prompt, decode_tokens
         from llmflow.engines.hf.sampling import Sampler
 
-        prompt = as_prompt(request.prompt_ids, self.placement.device)
-        sampler = Sampler(request.params, prompt[0], request.limit, request.constraint)
-        return decode_tokens(
-            self._runner,
-            sampler,
-            prompt,
-            request.limit,
-            request.cancel,
-            pipelined=self.placement.on_cuda,
-            logprobs=request.params.logprobs,
-        )
+        with self._adapters.using(adapter_key(request.params.lora, request.params.lora_scale)):
+            prompt = as_prompt(request.prompt_ids, self.placement.device)
+            sampler = Sampler(request.params, prompt[0], request.limit, request.constraint)
+            yield from decode_tokens(
+                self._runner,
+                sampler,
+                prompt,
+                request.limit,
+                request.cancel,
+                pipelined=self.placement.on_cuda,
+                logprobs=request.params.logprobs,
+            )
 
     def _make_runner(self) -> Any:
         from llmflow.engines.hf.decode import DynamicRunner, StaticRunner
@@ -238,6 +261,15 @@ class TransformersEngine(Engine):
             seed=options.seed,
             sampling=options.batch_sampling,
             page_size=options.batch_page_size,
+        )
+
+
+def _check_adapters_allowed(options: TransformersOptions, placement: Placement) -> None:
+    """LoRA adapters switch per request in llmflow's own decode loop; transformers' continuous
+    batching and a compiled decode step would compute every request with one of them."""
+    if options.continuous_batching or placement.torch_compile:
+        raise InvalidParams.single(
+            "lora", "LoRA adapters need the transformers engine without continuous_batching and torch_compile"
         )
 
 

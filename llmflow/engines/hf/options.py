@@ -71,6 +71,11 @@ class TransformersOptions(EngineOptions):
         False, description="never sample EOS: every answer runs to max_tokens (benchmarks)"
     )
     trust_remote_code: bool = False
+    lora: dict[str, str] = Field(
+        default_factory=dict,
+        description="LoRA adapters to load, name -> PEFT adapter directory; a request picks one by name "
+        "(llmflow's own decode loop only: not with continuous_batching or torch_compile)",
+    )
 
 
 @dataclass(frozen=True)
