@@ -180,6 +180,22 @@ def speculation(d: Result) -> str:
     )
 
 
+def lora(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    rows = [
+        ["no adapter", med(s["base_tok_s"])],
+        ["all requests on adapter a", med(s["one_tok_s"])],
+        ["half on a, half on b (they alternate)", med(s["two_tok_s"])],
+        ["**two adapters / one, round by round**", f"**{med(s['tok_s_ratio_two_one'], 2)}**"],
+        ["one adapter / none, round by round", med(s["tok_s_ratio_one_base"], 2)],
+    ]
+    return (
+        f"{c['model']} on `{c['engine']}`, {c['streams']} concurrent greedy requests of {c['max_tokens']} "
+        f"tokens, {plural(c['rounds'], 'round')} (modes rotated); output tok/s, median (min-max).\n\n"
+        + table(["requests", "output tok/s"], rows)
+    )
+
+
 def peers(d: Result) -> str:
     """Every server at every workload; beside each peer, llmflow's output tok/s and TTFT p50 over
     its (medians)."""
@@ -381,7 +397,7 @@ PARTS: dict[str, Part] = {
     **{name: Part(name, render) for name, render in {
         "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load,
         "http": http, "batching": batching, "constraints": constraints, "peers": peers,
-        "speculation": speculation,
+        "speculation": speculation, "lora": lora,
         "sessions": sessions, "soak": checks, "load": checks,
     }.items()},
     "gpu-sessions": Part("sessions_h200", sessions, GPU_RUN.format("sessions")),

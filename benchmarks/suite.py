@@ -94,6 +94,12 @@ SUITE: tuple[Benchmark, ...] = (
         ("--rounds", "3", "--max-tokens", "256"), ("--rounds", "3", "--max-tokens", "64"),
         "decode tok/s with prompt-lookup speculation on and off: rewrites, chat, 8 batched streams",
     ),
+    Benchmark(
+        "lora", "benchmarks.bench_lora",
+        ("--rounds", "5", "--streams", "4", "--max-tokens", "64"),
+        ("--rounds", "3", "--streams", "2", "--max-tokens", "16"),
+        "output tok/s of batched requests with no adapter, one adapter, two adapters alternating",
+    ),
 )  # fmt: skip
 
 BY_NAME = {b.name: b for b in SUITE}

@@ -14,11 +14,11 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from llmflow.params import SamplingParams
-from llmflow.types import CancelToken, Chunk, PromptReuse, Usage
+from llmflow.types import CancelToken, Chunk, PromptReuse
 
 if TYPE_CHECKING:
     from llmflow.llm import LLM, PreparedRequest
@@ -90,7 +90,8 @@ def _with_total_usage(merged: Iterator[ChoiceChunk], n: int) -> Iterator[ChoiceC
         completion_tokens += final.usage.completion_tokens
         usage = None
         if ended == n:
-            usage = Usage(final.usage.prompt_tokens, completion_tokens, final.usage.cached_tokens)
+            # the choices share one engine report: the last to end read all of its counts
+            usage = replace(final.usage, completion_tokens=completion_tokens)
         yield ChoiceChunk(item.index, Chunk("", final.finish_reason, usage))
 
 

@@ -246,8 +246,13 @@ class Generation(Iterator[Event]):
         if not usages:
             return
         first = usages[0]
+        # the choices share one engine report, read as each ended: the last read counts all
         self.record.usage = Usage(
-            first.prompt_tokens, sum(u.completion_tokens for u in usages), first.cached_tokens
+            first.prompt_tokens,
+            sum(u.completion_tokens for u in usages),
+            first.cached_tokens,
+            max(u.draft_tokens for u in usages),
+            max(u.accepted_draft_tokens for u in usages),
         )
 
 

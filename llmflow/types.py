@@ -25,6 +25,10 @@ class Usage:
     #: prompt tokens whose KV state came from a cache instead of being computed (of `prompt_tokens`):
     #: how an answer was computed, not what it is, so two usages compare equal without it
     cached_tokens: int = field(default=0, compare=False)
+    #: speculative decoding's draft tokens verified for this answer, and of them those taken
+    #: (the same tokens either way, hence not compared either)
+    draft_tokens: int = field(default=0, compare=False)
+    accepted_draft_tokens: int = field(default=0, compare=False)
 
     @property
     def total_tokens(self) -> int:
@@ -41,13 +45,24 @@ class Usage:
 
 
 class PromptReuse:
-    """How many of one generation's prompt tokens the engine took from a cache instead of
-    computing them: set by the engine when the generation starts, read for its usage."""
+    """What an engine reports of how it computed one generation (read for its usage): how many
+    prompt tokens it took from a cache instead of computing them (set when the generation
+    starts), and the draft tokens speculative decoding verified and took (counted as it goes)."""
 
-    __slots__ = ("cached_tokens",)
+    __slots__ = ("cached_tokens", "draft_tokens", "accepted_draft_tokens")
 
     def __init__(self) -> None:
         self.cached_tokens = 0
+        self.draft_tokens = 0
+        self.accepted_draft_tokens = 0
+
+    def add_drafts(self, drafted: int, accepted: int) -> None:
+        self.draft_tokens += drafted
+        self.accepted_draft_tokens += accepted
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> Usage:
+        drafts = (self.draft_tokens, self.accepted_draft_tokens)
+        return Usage(prompt_tokens, completion_tokens, self.cached_tokens, *drafts)
 
 
 class ScoredToken(int):

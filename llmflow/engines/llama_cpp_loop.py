@@ -145,7 +145,7 @@ def generate(
         request.limit,
         request.cancel,
     )
-    prompt = request.prompt_ids
+    prompt, report = request.prompt_ids, request.reuse
     lookup: Proposer | None = None
     if speculation is not None:
         lookup = drafter(prompt) if drafter is not None else speculation.lookup(prompt)
@@ -158,8 +158,11 @@ def generate(
         steps.rewind(n_past)
         steps.feed(feed + draft, rows=1 + len(draft))
         n_past += len(feed)
-        if counts is not None and draft:
-            counts.add(len(draft), 0)  # counted now: the consumer may stop inside the run
+        if draft:  # counted now: the consumer may stop inside the run
+            if counts is not None:
+                counts.add(len(draft), 0)
+            if report is not None:
+                report.add_drafts(len(draft), 0)
         taken = 0
         for j in range(len(draft) + 1):
             token = steps.pick(j - len(draft) - 1, sampler, constraint, top)
@@ -178,6 +181,8 @@ def generate(
             n_past += 1  # the drafted token's cell holds the answer's token
             if counts is not None:
                 counts.add(0, 1)
+            if report is not None:
+                report.add_drafts(0, 1)
         if length is not None and draft:
             length.update(len(draft), taken)
         feed = [int(token)]

@@ -610,6 +610,8 @@ class BatchScheduler:
         assert self._drafts is not None
         self._drafts.record(request, len(entry.draft), confirmed)
         self.speculation_counts.add(len(entry.draft), confirmed)
+        if request.reuse is not None:
+            request.reuse.add_drafts(len(entry.draft), confirmed)
         for token in run:
             if request.seq < 0:  # ended inside the run: an end-of-generation token, its limit
                 return

@@ -30,6 +30,9 @@ class RequestTimings:
     completion_tokens: int | None = None
     #: of `prompt_tokens`, those reused from a cache
     cached_tokens: int | None = None
+    #: speculative decoding's draft tokens verified, and of them those taken
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
     #: stop, length, cancelled, timeout or error
     outcome: str | None = None
 
@@ -52,6 +55,8 @@ class RequestTimings:
             self.prompt_tokens = usage.prompt_tokens
             self.completion_tokens = usage.completion_tokens
             self.cached_tokens = usage.cached_tokens
+            self.draft_tokens = usage.draft_tokens
+            self.accepted_draft_tokens = usage.accepted_draft_tokens
         if self.finished is None:
             self.finished = time.perf_counter()
             self.outcome = self.outcome or outcome

@@ -161,6 +161,9 @@ class RequestTrace:
                 "total_tokens": usage.total_tokens,
             }
             attributes["llmflow.cached_tokens"] = usage.cached_tokens
+            if usage.draft_tokens:  # the answer was decoded with speculation
+                attributes["llmflow.draft_tokens"] = usage.draft_tokens
+                attributes["llmflow.accepted_draft_tokens"] = usage.accepted_draft_tokens
         return attributes
 
 
@@ -207,4 +210,10 @@ def _end_time_ns(timings: RequestTimings | None) -> int | None:
 def _usage_from(timings: RequestTimings | None) -> Usage | None:
     if timings is None or timings.prompt_tokens is None or timings.completion_tokens is None:
         return None
-    return Usage(timings.prompt_tokens, timings.completion_tokens, timings.cached_tokens or 0)
+    return Usage(
+        timings.prompt_tokens,
+        timings.completion_tokens,
+        timings.cached_tokens or 0,
+        timings.draft_tokens,
+        timings.accepted_draft_tokens,
+    )

@@ -71,7 +71,13 @@ async def collect(generation: RunningGeneration[Any], receive: Receive, n: int =
                         usages = [a.usage for a in answers if a.usage is not None]
                         prompt = sum(u.prompt_tokens for u in usages)
                         completion = sum(u.completion_tokens for u in usages)
-                        total = Usage(prompt, completion, sum(u.cached_tokens for u in usages))
+                        total = Usage(
+                            prompt,
+                            completion,
+                            sum(u.cached_tokens for u in usages),
+                            sum(u.draft_tokens for u in usages),
+                            sum(u.accepted_draft_tokens for u in usages),
+                        )
                         observed.final(Chunk("", chunk.finish_reason, total))
                         return [a.completion(a.usage or total) for a in answers]
         raise RuntimeError("the generation ended without a final chunk")

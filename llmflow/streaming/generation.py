@@ -85,7 +85,7 @@ def stream_chunks(
             finish = FinishReason.STOP
     if reasoning is not None:
         yield from _pieces(*reasoning.flush(), scored)
-    usage = Usage(prompt_tokens, generated, reuse.cached_tokens if reuse is not None else 0)
+    usage = reuse.usage(prompt_tokens, generated) if reuse is not None else Usage(prompt_tokens, generated)
     yield Chunk("", finish, usage, stop_sequence=stops.matched)
 
 

@@ -191,3 +191,14 @@ def test_the_next_turn_reuses_a_context_that_held_rejected_drafts(engine_name):
         cached.close()
         cold.close()
     assert warm_text == cold_text
+
+
+def test_each_answer_reports_its_own_draft_tokens(llm):
+    """The usage of an answer counts the drafts verified for it (what its trace records): the
+    engine's totals grow by exactly as much; without speculation it counts none."""
+    before = counts(llm)
+    off, on = both(llm, COUNTING, {"temperature": 0, "max_tokens": 40}, raw=True)
+    proposed, accepted = (a - b for a, b in zip(counts(llm), before, strict=True))
+    assert off.usage.draft_tokens == off.usage.accepted_draft_tokens == 0
+    assert (on.usage.draft_tokens, on.usage.accepted_draft_tokens) == (proposed, accepted)
+    assert on.usage.draft_tokens >= on.usage.accepted_draft_tokens > 0

@@ -187,3 +187,19 @@ def test_a_streamed_response_is_one_trace_with_usage(traced_server, served, expe
         e.delta for e in events if e.type == "response.output_text.delta"
     )
     assert trace.info.token_usage["output_tokens"] == final.usage.output_tokens
+
+
+def test_a_speculative_answer_names_its_draft_tokens_in_its_trace(experiment):
+    llm = LLM.load(engine_options={"n_ctx": 1024, "speculative": True})
+    prompt = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3,"
+    try:
+        with running(ServedModel.from_llm(llm), tracing=True) as server:
+            client = _client(server)
+            model = client.models.list().data[0].id
+            answer = client.completions.create(model=model, prompt=prompt, max_tokens=24, temperature=0)
+            (trace,) = experiment.traces(1)
+    finally:
+        llm.close()
+    attributes = only_span(trace).attributes
+    assert answer.usage.completion_tokens == 24
+    assert attributes["llmflow.draft_tokens"] >= attributes["llmflow.accepted_draft_tokens"] > 0
