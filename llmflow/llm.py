@@ -61,6 +61,8 @@ class PreparedRequest:
     constraint: CompiledConstraint | None = None
     #: the registry prompt version the system prompt was read from, or None
     prompt: RegistryPrompt | None = None
+    #: the registry prompt version the chat template was read from, or None
+    template: RegistryPrompt | None = None
 
 
 class LLM:
@@ -72,6 +74,7 @@ class LLM:
         prompt_format: PromptFormat | LivePrompt[PromptFormat] | None = None,
         default_params: SamplingParams | None = None,
         system_prompt: str | RegistryPrompt | LivePrompt | None = None,
+        template_version: RegistryPrompt | None = None,
     ):
         self.engine = engine
         #: how conversations become prompts: a format, or a registry chat template kept current
@@ -81,6 +84,8 @@ class LLM:
         self.default_params = default_params or SamplingParams()
         #: the default system prompt: text, or a registry prompt (kept current when live)
         self.system_source = system_prompt
+        #: the registry version a chat template read once at load came from, or None
+        self.template_version = template_version
         self._lock = nullcontext() if engine.concurrent else threading.Lock()
         self._compiler: ConstraintCompiler | None = None
         self._compiler_lock = threading.Lock()
@@ -101,10 +106,11 @@ class LLM:
         pick one that decodes them together (for a GGUF file, `llama_cpp_batched`)."""
         path = resolve_model_path(model)
         live_template = spec.chat_template if _is_live_template(spec) else None
+        template_version = None
         if is_reference(spec.chat_template):  # read from the registry before any weights
             assert spec.chat_template is not None
-            template = read_prompt(spec.chat_template, "chat_template").text
-            spec = spec.model_copy(update={"chat_template": template})
+            template_version = read_prompt(spec.chat_template, "chat_template")
+            spec = spec.model_copy(update={"chat_template": template_version.text})
         system = system_prompt_source(spec.system_prompt, spec.prompt_refresh_s)
         name = spec.engine or guess_engine(path, concurrent=concurrent)
         try:
@@ -122,13 +128,22 @@ class LLM:
             engine.close()
             _close_source(system)
             raise
-        return cls(engine, prompt_format, spec.sampling_params, system)
+        fixed = template_version if live_template is None else None
+        return cls(engine, prompt_format, spec.sampling_params, system, fixed)
 
     @property
     def prompt_format(self) -> PromptFormat:
         """How conversations become prompts now (a registry template's current version)."""
+        return self._format_now()[0]
+
+    def _format_now(self) -> tuple[PromptFormat, RegistryPrompt | None]:
+        """The prompt format now and the registry version it was read from (None: not from the
+        registry), of one version."""
         source = self.format_source
-        return source.parsed if isinstance(source, LivePrompt) else source
+        if isinstance(source, LivePrompt):
+            version, parsed = source.snapshot()
+            return parsed, version
+        return source, self.template_version
 
     @property
     def system_prompt(self) -> str | None:
@@ -167,7 +182,7 @@ class LLM:
         """The prompt text the model will continue; `template_vars` and `tools` (OpenAI's
         function tool objects) reach a chat template."""
         system = None if raw else self.system_prompt_for(system_prompt)[0]
-        return self._render(prompt, system, raw, template_vars, tools)
+        return self._render(prompt, system, raw, template_vars, tools, self.prompt_format)
 
     def _render(
         self,
@@ -176,6 +191,7 @@ class LLM:
         raw: bool,
         template_vars: Mapping[str, Any] | None,
         tools: Sequence[Mapping[str, Any]] | None,
+        prompt_format: PromptFormat,
     ) -> str:
         if raw:
             if not isinstance(prompt, str):
@@ -184,9 +200,9 @@ class LLM:
         messages = [Message("user", prompt)] if isinstance(prompt, str) else parse_messages(prompt)
         messages = self._with_images(messages)
         messages = with_system_prompt(messages, system_prompt)
-        if template_vars and isinstance(self.prompt_format, ChatTemplate):
-            return self.prompt_format.render(messages, tools=tools, variables=template_vars)
-        return self.prompt_format.render(messages, tools=tools)
+        if template_vars and isinstance(prompt_format, ChatTemplate):
+            return prompt_format.render(messages, tools=tools, variables=template_vars)
+        return prompt_format.render(messages, tools=tools)
 
     def _with_images(self, messages: list[Message]) -> list[Message]:
         """The conversation's images read (a server has read them already, with its own limits
@@ -225,14 +241,15 @@ class LLM:
             self.engine.check_adapter(merged.lora)  # an adapter not loaded: refused before any token
         compiled = self.compile(constraint) if constraint is not None else None
         system, source = (None, None) if raw else self.system_prompt_for(system_prompt)
-        text = self._render(prompt, system, raw, template_vars, tools)
+        prompt_format, template = self._format_now()
+        text = self._render(prompt, system, raw, template_vars, tools, prompt_format)
         prompt_ids = self.engine.tokenize(text)
         if len(prompt_ids) >= self.engine.n_ctx:
             raise ContextLengthExceeded(len(prompt_ids), self.engine.n_ctx)
         if not prompt_ids:
             raise InvalidRequest.single("prompt", "the prompt is empty")
         thinking = opens_thinking(text) if reasoning_format == "parsed" and not raw else None
-        return PreparedRequest(prompt_ids, merged, thinking, compiled, source)
+        return PreparedRequest(prompt_ids, merged, thinking, compiled, source, None if raw else template)
 
     def compile(self, constraint: Constraint) -> CompiledConstraint:
         """The constraint compiled for this model (cached per constraint)."""

@@ -114,6 +114,10 @@ class LivePrompt(Generic[T]):
     def current(self) -> RegistryPrompt:
         return self._version[0]
 
+    def snapshot(self) -> tuple[RegistryPrompt, T]:
+        """The current version and its parsed form, of one version (a refresh may swap them)."""
+        return self._version
+
     @property
     def parsed(self) -> T:
         """The current version as `parse` made it (its text without a `parse`)."""

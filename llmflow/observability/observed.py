@@ -43,6 +43,8 @@ class ObservedGeneration:
     trace: RequestTrace | None = None
     #: the registry prompt version the request's system prompt was read from (`prompts:/NAME/VERSION`)
     prompt: str | None = field(default=None, init=False)
+    #: the registry prompt version the chat template was read from
+    template: str | None = field(default=None, init=False)
     _final_seen: bool = field(default=False, init=False)
     #: set by the first `end()`
     ended: bool = field(default=False, init=False)
@@ -53,6 +55,13 @@ class ObservedGeneration:
         self.prompt = uri
         if self.trace is not None:
             self.trace.attributes["llmflow.prompt"] = uri
+
+    def name_template(self, uri: str) -> None:
+        """The chat template that rendered the request came from registry version `uri`: the
+        trace names it (`llmflow.chat_template`)."""
+        self.template = uri
+        if self.trace is not None:
+            self.trace.attributes["llmflow.chat_template"] = uri
 
     def text(self, text: str) -> None:
         """A text chunk was handed over. The per-token path: one clock read, one or two appends."""

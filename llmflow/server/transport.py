@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 #: the answer's header naming the registry prompt version of its system prompt
 PROMPT_HEADER = "llmflow-prompt"
+TEMPLATE_HEADER = "llmflow-chat-template"
 
 
 class Encoder(Protocol):
@@ -57,6 +58,8 @@ async def start(
     the engine pushes its tokens, else in a worker thread."""
     if request.prepared.prompt is not None:
         observed.name_prompt(request.prepared.prompt.uri)
+    if request.prepared.template is not None:
+        observed.name_template(request.prepared.template.uri)
     cancel = CancelToken()
     timings = observed.timings
     return await start_generation(
@@ -74,8 +77,8 @@ async def serve(
     generation: RunningGeneration[Event], encoder: Encoder, *, stream: bool, receive: Receive
 ) -> Response:
     """The generation as an SSE stream in `encoder`'s format, or its whole answer as JSON; the
-    registry prompt version its system prompt was read from, if any, as the `llmflow-prompt`
-    header."""
+    registry prompt versions its system prompt and chat template were read from, if any, as the
+    `llmflow-prompt` and `llmflow-chat-template` headers."""
     response: Response
     if stream:
         response = EventStream(events(generation, encoder), on_close=generation.close)
@@ -86,9 +89,12 @@ async def serve(
 
 
 def with_prompt_header(response: Response, observed: ObservedGeneration) -> Response:
-    """`response` naming the registry prompt version the request's system prompt came from."""
+    """`response` naming the registry prompt versions the request's system prompt and chat
+    template came from."""
     if observed.prompt is not None:
         response.headers[PROMPT_HEADER] = observed.prompt
+    if observed.template is not None:
+        response.headers[TEMPLATE_HEADER] = observed.template
     return response
 
 

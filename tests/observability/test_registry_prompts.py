@@ -169,3 +169,45 @@ def test_a_registry_chat_template_alias_is_followed_and_a_broken_version_kept_ou
             assert kept.json()["usage"]["prompt_tokens"] == second.json()["usage"]["prompt_tokens"]
     finally:
         llm.close()
+
+
+def test_the_chat_template_version_is_named_in_trace_and_header(store, experiment):
+    name = f"template-{uuid.uuid4().hex[:8]}"
+    mlflow.genai.register_prompt(name=name, template="{% for m in messages %}[{{ m.content }}]{% endfor %}")
+    mlflow.genai.register_prompt(name=name, template="{% for m in messages %}<{{ m.content }}>{% endfor %}")
+    mlflow.genai.set_prompt_alias(name, alias="production", version=1)
+    reference = f"prompts:/{name}@production"
+    llm = LLM.load(chat_template=reference, prompt_refresh_s=REFRESH_S, engine="llama_cpp")
+    try:
+        with running(ServedModel.from_llm(llm), tracing=True) as server, _http(server) as http:
+            first = _chat(http, model=llm.model_name, max_tokens=1)
+            assert first.headers["llmflow-chat-template"] == f"prompts:/{name}/1"
+            assert "llmflow-prompt" not in first.headers  # no registry system prompt
+            mlflow.genai.set_prompt_alias(name, alias="production", version=2)
+            moved_at = time.monotonic()
+            header = "llmflow-chat-template"
+            while _chat(http, model=llm.model_name, max_tokens=1).headers[header].endswith("/1"):
+                assert time.monotonic() - moved_at < REFRESH_S + 10, "the alias move never arrived"
+                time.sleep(REFRESH_S / 3)
+            stream = _chat(http, model=llm.model_name, max_tokens=1, stream=True)
+            assert stream.headers["llmflow-chat-template"] == f"prompts:/{name}/2"
+            body = {"model": llm.model_name, "prompt": "Hi", "max_tokens": 1}
+            raw = http.post("/v1/completions", json=body)
+            assert "llmflow-chat-template" not in raw.headers  # no template rendered it
+            wait_until_idle(http)
+    finally:
+        llm.close()
+    spans = [only_span(t) for t in experiment.traces()]
+    named = {span.attributes.get("llmflow.chat_template") for span in spans}
+    assert named == {f"prompts:/{name}/1", f"prompts:/{name}/2", None}
+
+
+def test_a_pinned_chat_template_version_is_named(store):
+    name = f"template-{uuid.uuid4().hex[:8]}"
+    mlflow.genai.register_prompt(name=name, template="{% for m in messages %}[{{ m.content }}]{% endfor %}")
+    llm = LLM.load(chat_template=f"prompts:/{name}/1", engine="llama_cpp")
+    try:
+        assert llm.prepare("Hi").template.uri == f"prompts:/{name}/1"
+        assert llm.prepare("Hi", raw=True).template is None
+    finally:
+        llm.close()
