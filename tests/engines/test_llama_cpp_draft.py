@@ -14,6 +14,7 @@ from llmflow import LLM, CancelToken, FinishReason
 from llmflow.constraints import Constraint
 from llmflow.errors import InvalidParams
 from llmflow.model_files import default_model_path
+from tests.engines.test_llama_cpp_speculation import both, counts
 
 CHATS = [
     "Name three colors.",
@@ -35,18 +36,6 @@ def llm():
     loaded = load()
     yield loaded
     loaded.close()
-
-
-def counts(llm: LLM) -> tuple[int, int]:
-    c = llm.engine.speculation_stats()
-    return c.proposed, c.accepted
-
-
-def both(llm: LLM, prompt, params: dict, **kwargs):
-    """The same request without the draft model, then with it."""
-    off = llm.generate(prompt, {**params, "speculative": False}, **kwargs)
-    on = llm.generate(prompt, {**params, "speculative": True}, **kwargs)
-    return off, on
 
 
 @pytest.mark.parametrize("prompt", CHATS)
