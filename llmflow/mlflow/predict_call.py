@@ -2,28 +2,25 @@
 same answers: `prepare_predict` checks the input and params and prepares every row's request
 before the first token; `PredictCall.answers` turns the rows' completions into `predict`'s
 answers (strings, detail dicts, or struct records). The pyfunc model generates the rows in
-process; the server's /invocations generates them in its own pipeline.
+process; the server's /invocations generates them in its own pipeline (`transport.start_rows`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmflow.choices import ChoiceChunk
 from llmflow.errors import InvalidParams, LlmflowError
 from llmflow.mlflow.inputs import Options, as_mlflow_error, parse_each_row, parse_options, parse_rows
-from llmflow.mlflow.observed_calls import observed_stream
 from llmflow.mlflow.output import detail_extras, prepare_call
 from llmflow.mlflow.signature import RESULT_STRUCT, TIMINGS
 from llmflow.mlflow.struct_result import error_record, struct_record
 from llmflow.observability import RequestTimings
-from llmflow.types import CancelToken, Chunk, Completion, FinishReason, Usage
+from llmflow.types import Completion
 
 if TYPE_CHECKING:
     from llmflow.llm import LLM, PreparedRequest, PromptInput
-    from llmflow.observability import RequestTrace
     from llmflow.tools import ToolPlan
 
 
@@ -52,45 +49,6 @@ class PredictCall:
     @property
     def struct(self) -> bool:
         return self.options.result == RESULT_STRUCT
-
-    def stream(
-        self,
-        llm: LLM,
-        cancel: CancelToken,
-        timings: list[RequestTimings] | None = None,
-        trace: RequestTrace | None = None,
-    ) -> Iterator[Chunk | ChoiceChunk]:
-        """The rows generated one after the other as one stream (the server's one generation per
-        request): each row's chunks, `ChoiceChunk`s of its index when there are several, its final
-        chunk with its own usage. Once `cancel` is raised, rows not begun end at once, cancelled.
-        With `timings`, each row is timed from its own start, as `predict` times it in process;
-        with `trace` and several rows, the span's outputs are the answers' texts."""
-        rows = self.generated
-        single = len(rows) == 1
-        texts: list[list[str]] | None = None if trace is None or single else [[] for _ in rows]
-        for index, row in enumerate(rows):
-            clock = None
-            if timings is not None:
-                clock = RequestTimings()
-                clock.admit()  # a row's clock starts with it
-                timings.append(clock)
-            chunks: Iterator[Chunk]
-            if cancel.cancelled:  # the caller has gone
-                usage = Usage(len(row.request.prompt_ids), 0)
-                chunks = iter((Chunk("", FinishReason.CANCELLED, usage),))
-            elif clock is not None:
-                chunks = observed_stream(llm, row.request, clock, None, cancel)
-            else:
-                chunks = llm.stream_prepared(row.request, cancel)
-            for chunk in chunks:
-                if single:
-                    yield chunk
-                    continue
-                if texts is not None and chunk.text:
-                    texts[index].append(chunk.text)
-                yield ChoiceChunk(index, chunk)
-        if trace is not None and texts is not None:
-            trace.set_result(["".join(parts) for parts in texts])
 
     def answers(self, results: Iterable[tuple[Completion, RequestTimings | None]]) -> list[Any]:
         """One answer per row; `results` are the completions of `generated`, in order, each with

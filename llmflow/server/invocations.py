@@ -7,9 +7,10 @@ clients expect; the server's own refusals (key, limits, queue) use the OpenAI sh
 
 An llmflow model joins the server's own pipeline, streamed or not: its input is parsed and
 checked as MLflow's `predict` and `predict_stream` would (`mlflow_scoring`), then by the model's
-own checks, into prepared requests (a stream's one, or one per `predict` row, generated one after
-the other as one generation), and its answer is written as the model writes it. Only a
-third-party model runs through its pyfunc `predict` and `predict_stream`.
+own checks, into prepared requests (a stream's one, or one per `predict` row: the rows of one
+request share its place, and a batching engine generates them at once, on the event loop), and
+its answer is written as the model writes it. Only a third-party model runs through its pyfunc
+`predict` and `predict_stream`.
 
 A model logged as a ResponsesAgent (`interface="responses"`) is answered as MLflow's AgentServer
 answers it, in the Responses format (`responses.answer_agent`).
@@ -31,8 +32,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterator
-from functools import partial
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
@@ -47,14 +46,20 @@ from llmflow.server.error_answers import error_response
 from llmflow.server.event_stream import PING_INTERVAL_S, EventStream
 from llmflow.server.mlflow_format import ChunkDictEncoder
 from llmflow.server.model_registry import adapter_named, model_for
-from llmflow.server.pipeline import collect, observe
+from llmflow.server.pipeline import observe
 from llmflow.server.responses import answer_agent, pop_stream_flag
 from llmflow.server.running import start_generation, stop_on_disconnect
 from llmflow.server.schemas import SSE_DESCRIPTION, ErrorResponse, MlflowErrorResponse, error_responses
 from llmflow.server.state import ModelState
-from llmflow.server.transport import NOTHING_READ, events, start, with_prompt_header
+from llmflow.server.transport import (
+    NOTHING_READ,
+    events,
+    finished_rows,
+    start,
+    start_rows,
+    with_prompt_header,
+)
 from llmflow.tools import ToolPlan
-from llmflow.types import CancelToken, Completion
 from llmflow.wire.mlflow_chunks import MlflowChunksEncoder
 from llmflow.wire.openai import ChatEncoder
 
@@ -252,9 +257,9 @@ async def _predict_llmflow(
 ) -> Response:
     """`predict` of an llmflow model in the server's own pipeline: the body parsed and checked
     as MLflow does and by the model's own checks (bad input is a 400 in MLflow's shape before
-    any place is taken), the rows generated one after the other as one generation, their
-    answers built by the model's own code and written as MLflow writes them; with `chat`, a
-    conversation's answer is a `chat.completion` instead (Databricks' path)."""
+    any place is taken), the rows generated as one request (`start_rows`), their answers built
+    by the model's own code and written as MLflow writes them; with `chat`, a conversation's
+    answer is a `chat.completion` instead (Databricks' path)."""
     metadata, llm = state.served.metadata, python_model.llm
     assert metadata is not None and llm is not None
     try:
@@ -267,33 +272,33 @@ async def _predict_llmflow(
         return Response(parsed.body, status_code=parsed.status, media_type=parsed.media_type)
     call, unwrapped = parsed
     options = call.options
-    timed: list[RequestTimings] | None = [] if options.timings and not call.struct else None
-    completions: list[Completion] = []
+    timed = options.timings and not call.struct
+    records: list[GenerationRecord] = []
     if call.generated:  # else every row is a struct result's error record
         inputs = _trace_inputs(data, content_type)
         observed = observe(state, timings, INVOCATIONS_SPAN, inputs, options.trace, python_model.tracing)
-        cancel = CancelToken()
-        source = partial(call.stream, llm, cancel, timed, observed.trace)
-        generation = await start_generation(state, source, observed, receive, cancel=cancel)
+        requests = [GenerationRequest(row.request) for row in call.generated]
+        generation = await start_rows(state, llm, requests, observed, receive)
         try:
-            completions = await collect(generation, receive, len(call.generated))
+            records = await finished_rows(generation, receive, len(requests))
         except Exception as exc:
             return _error_answer(exc)
-    if chat and unwrapped and not call.struct and len(call.rows) == len(completions) == 1:
-        return JSONResponse(_chat_completion(state.served.name, call, completions[0], timed))
-    answers = call.answers(zip(completions, timed or repeat(None), strict=False))
+    if chat and unwrapped and not call.struct and len(call.rows) == len(records) == 1:
+        return JSONResponse(_chat_completion(state.served.name, call, records[0], timed))
+    answers = call.answers((r.completions()[0], r.timings if timed else None) for r in records)
     return Response(mlflow_scoring.predictions_json(answers, unwrapped), media_type=mlflow_scoring.JSON)
 
 
 def _chat_completion(
-    model: str, call: PredictCall, completion: Completion, timed: list[RequestTimings] | None
+    model: str, call: PredictCall, row_record: GenerationRecord, timed: bool
 ) -> dict[str, Any]:
     """A conversation's answer as OpenAI's `chat.completion`, its calls in `message.tool_calls`."""
     (row,) = call.generated
     calls = None if row.plan is None else row.plan.format
-    record = GenerationRecord.of_completion(completion, calls, timed[0] if timed else RequestTimings())
+    clock = row_record.timings if timed else RequestTimings()
+    record = GenerationRecord.of_completion(row_record.completions()[0], calls, clock)
     encoder = ChatEncoder(
-        model=model, with_timings=bool(timed), with_logprobs=row.request.params.logprobs is not None
+        model=model, with_timings=timed, with_logprobs=row.request.params.logprobs is not None
     )
     return encoder.whole(record)
 

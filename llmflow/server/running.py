@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -84,7 +84,7 @@ class RunningGeneration(Generic[T]):
 
 async def start_generation(
     state: ModelState,
-    make_iterator: Callable[[], Iterator[T]],
+    make_iterator: Callable[[], Iterator[T]] | Sequence[Callable[[], Iterator[T]]],
     observed: ObservedGeneration,
     receive: Receive,
     final_of: FinalOf = no_final,
@@ -95,27 +95,42 @@ async def start_generation(
     """Wait for a place (429 when the queue is full, 503 when the wait outlasts the time limit),
     then start `make_iterator()` in a worker thread, or on the loop with `on_loop` (an engine
     that pushes its tokens: `PushedStream`, which needs `cancel`); `cancel` is what stops it
-    early, when the source takes one. `observed` is ended when the generation is over; its trace, when it has
-    one, is begun and active in the worker (`traced`); `final_of` finds the final chunk among the
-    items. A client that disconnects while waiting (`receive`) leaves the queue
-    (`ClientDisconnected`) and nothing is generated for it. The caller must `close()` the
-    generation."""
+    early, when the source takes one. A sequence of sources (a `predict` call's rows) shares the
+    place: on the loop they run at once, in a worker one after the other. `observed` is ended
+    when the generation is over; its trace, when it has one, is begun and active in the worker
+    (`traced`); `final_of` finds the final chunk among the items. A client that disconnects
+    while waiting (`receive`) leaves the queue (`ClientDisconnected`) and nothing is generated
+    for it. The caller must `close()` the generation."""
     timings = observed.timings
     timeout_s = state.settings.request_timeout_s
     if not state.admission.try_acquire():
         await _wait_for_place(state, timeout_s - timings.elapsed_s(), receive)
     timings.admit()
+    sources = [make_iterator] if callable(make_iterator) else list(make_iterator)
+    pushed = on_loop and cancel is not None
+    if not pushed and len(sources) > 1:
+        sources = [partial(_in_turn, sources)]
     if observed.trace is not None:
-        make_iterator = partial(traced, observed.trace, make_iterator, timings.arrived)
-    try:
-        if on_loop and cancel is not None:
-            stream: ThreadedStream[T] | PushedStream[T] = PushedStream(make_iterator, cancel)
+        if len(sources) > 1:
+            observed.trace.begin(timings.arrived)  # on the loop the rows run on; none nests a span
         else:
-            stream = ThreadedStream(make_iterator, state.executor, cancel)
+            sources = [partial(traced, observed.trace, sources[0], timings.arrived)]
+    try:
+        if pushed:
+            assert cancel is not None
+            stream: ThreadedStream[T] | PushedStream[T] = PushedStream(sources, cancel)
+        else:
+            stream = ThreadedStream(sources[0], state.executor, cancel)
     except BaseException:
         state.admission.release()
         raise
     return RunningGeneration(state, stream, observed, final_of, timeout_s - timings.elapsed_s())
+
+
+def _in_turn(sources: Sequence[Callable[[], Iterator[T]]]) -> Iterator[T]:
+    """Every source's items, one source after the other (each made when its turn comes)."""
+    for make in sources:
+        yield from make()
 
 
 async def _wait_for_place(state: ModelState, timeout_s: float, receive: Receive) -> None:

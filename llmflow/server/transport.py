@@ -1,6 +1,7 @@
 """A generation to the client: admitted and started (`start`), then streamed as SSE events or
 sent whole in an encoder's format (`serve`). Routes parse a body into a `GenerationRequest`,
-pick an encoder (`llmflow.wire`) and end with these two calls.
+pick an encoder (`llmflow.wire`) and end with these two calls. A `predict` call's rows are
+several generations of one request (`start_rows`, then `finished_rows`).
 
 The request's record (`ObservedGeneration`: timings, outcome, trace) is fed here as events go
 out, so the time to first token is the time the first text left the server.
@@ -9,7 +10,8 @@ out, so the time to first token is the time the first text left the server.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 from fastapi.responses import JSONResponse, Response
@@ -18,11 +20,11 @@ from starlette.types import Receive
 from llmflow.errors import LlmflowError
 from llmflow.generation import CallDelta, Event, Final, GenerationRecord, GenerationRequest, Reasoning, Text
 from llmflow.llm import LLM
-from llmflow.observability import ObservedGeneration
+from llmflow.observability import ObservedGeneration, RequestTimings
 from llmflow.server.event_stream import EventStream
 from llmflow.server.running import RunningGeneration, start_generation, stop_on_disconnect
 from llmflow.server.state import ModelState
-from llmflow.types import CancelToken, Chunk
+from llmflow.types import CancelToken, Chunk, Completion, FinishReason, Usage
 from llmflow.wire.sse import DONE
 
 logger = logging.getLogger(__name__)
@@ -71,6 +73,51 @@ async def start(
         cancel,
         on_loop=llm.engine.pushes_tokens,
     )
+
+
+async def start_rows(
+    state: ModelState,
+    llm: LLM,
+    requests: Sequence[GenerationRequest],
+    observed: ObservedGeneration,
+    receive: Receive,
+) -> RunningGeneration[tuple[int, Event]]:
+    """Admit one request of several generations (a `predict` call's rows) and start them in its
+    place: all at once on the loop when the engine pushes its tokens, else one after the other
+    in a worker thread. Items are (row, event); each row's record is timed from its own start."""
+    cancel = CancelToken()
+    rows = [partial(_row_events, row, llm, request, cancel) for row, request in enumerate(requests)]
+    return await start_generation(
+        state, rows, observed, receive, cancel=cancel, on_loop=llm.engine.pushes_tokens
+    )
+
+
+def _row_events(
+    row: int, llm: LLM, request: GenerationRequest, cancel: CancelToken
+) -> Iterator[tuple[int, Event]]:
+    """Row `row`'s events, its clock (the record's timings) fed as they are made. Once `cancel`
+    is raised, a row not begun ends at once, cancelled."""
+    clock = RequestTimings()
+    clock.admit()  # a row's clock starts with it
+    clock.prompt_tokens = len(request.prepared.prompt_ids)
+    if cancel.cancelled:  # the caller has gone
+        usage = Usage(clock.prompt_tokens, 0)
+        clock.finish(FinishReason.CANCELLED.value, usage)
+        completion = Completion("", FinishReason.CANCELLED, usage)
+        yield row, Final(GenerationRecord.of_completion(completion, None, clock))
+        return
+    generation = llm.start(request, cancel, clock)
+    try:
+        for event in generation:
+            kind = type(event)
+            if kind is Text:
+                clock.token()
+            elif kind is Final:
+                final = event.record.final_chunk  # type: ignore[union-attr]
+                clock.finish(final.finish_reason.value, final.usage)  # type: ignore[union-attr]
+            yield row, event
+    finally:
+        generation.close()
 
 
 async def serve(
@@ -182,3 +229,48 @@ async def finished(generation: RunningGeneration[Event], receive: Receive) -> Ge
         raise
     finally:
         generation.close()
+
+
+async def finished_rows(
+    generation: RunningGeneration[tuple[int, Event]], receive: Receive, rows: int
+) -> list[GenerationRecord]:
+    """Every row's record once all have ended (see `start_rows`); the request's record gets each
+    row's text as it comes, and at the end the usage of all (with several rows, the trace's
+    outputs are the rows' texts). A client that disconnects meanwhile stops them all."""
+    observed = generation.observed
+    records: list[GenerationRecord | None] = [None] * rows
+    left = rows
+    try:
+        with stop_on_disconnect(generation, receive):
+            async for row, event in generation.stream:
+                kind = type(event)
+                if kind is Text:
+                    observed.text(event.text)  # type: ignore[union-attr]
+                elif kind is Final:
+                    records[row] = event.record  # type: ignore[union-attr]
+                    left -= 1
+                    if left == 0:
+                        done = [record for record in records if record is not None]
+                        observed.final(_all_rows(done, event.record.final_chunk))  # type: ignore[union-attr]
+                        if observed.trace is not None and rows > 1:
+                            observed.trace.set_result([record.choices[0].text for record in done])
+                        return done
+        raise RuntimeError("the generation ended without a final event")
+    except BaseException:
+        observed.decide("error")
+        raise
+    finally:
+        generation.close()
+
+
+def _all_rows(records: list[GenerationRecord], last: Chunk) -> Chunk:
+    """The request's end: the finish of the row that ended last, the usage of every row."""
+    usages = [record.usage for record in records if record.usage is not None]
+    total = Usage(
+        sum(u.prompt_tokens for u in usages),
+        sum(u.completion_tokens for u in usages),
+        sum(u.cached_tokens for u in usages),
+        sum(u.draft_tokens for u in usages),
+        sum(u.accepted_draft_tokens for u in usages),
+    )
+    return Chunk("", last.finish_reason, total)

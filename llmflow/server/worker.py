@@ -7,7 +7,8 @@ generation at a time) and for other models' streams. Each item costs the loop on
 `PushedStream` runs it on the loop itself, for an engine whose tokens come from a scheduler
 thread through mailboxes (`Engine.pushes_tokens`, see `llmflow.engines.handoff`): the iterator
 runs in a greenlet that gives the loop back wherever it would wait for a token, so a stream
-needs no thread, and a step's tokens for every stream cost the loop one hand-off.
+needs no thread, and a step's tokens for every stream cost the loop one hand-off. Several
+iterators (a `predict` call's rows) run at once, a greenlet each, into one stream.
 
 Either way the producer never waits for the reader, so a slow client never slows decoding down
 (items queue up instead, bounded by max_tokens).
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
@@ -42,11 +43,14 @@ class _Failure:
 
 class _Relayed(Generic[T], AsyncIterator[T]):
     """What both streams share: the reader's queue on the loop, the producing loop (items, then
-    a failure or the end), and the reader's side (`async for`, `fail`). `last` is the last item
-    produced; `exhausted`: the iterator ended by itself (not stopped, not failed)."""
+    a failure or the end of the last producer), and the reader's side (`async for`, `fail`).
+    `last` is the last item produced; `exhausted`: every iterator ended by itself (not stopped,
+    not failed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, producers: int = 1) -> None:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._producing = producers
+        self._cut = False
         self.last: T | None = None
         self.exhausted = False
         self.failure: BaseException | None = None
@@ -60,6 +64,7 @@ class _Relayed(Generic[T], AsyncIterator[T]):
         """Make and read the iterator, each item to `put`; stop early when `stopping()` (only for
         a source without a cancel token: one with it ends by itself, with its final item)."""
         iterator: Iterator[T] | None = None
+        cut = True
         try:
             iterator = make_iterator()
             for item in iterator:
@@ -68,16 +73,20 @@ class _Relayed(Generic[T], AsyncIterator[T]):
                 if stopping is not None and stopping():
                     break
             else:
-                self.exhausted = True
+                cut = False
         except BaseException as exc:  # handed to the reader, which decides what it means
-            self.failure = exc
+            self.failure = self.failure or exc
             put(_Failure(exc))
         finally:
             try:
                 close_iterator(iterator)  # frees the engine
             except Exception:
                 logger.exception("closing a generation failed")
-            put(_END)
+            self._cut = self._cut or cut
+            self._producing -= 1
+            if self._producing == 0:  # the last producer (one thread, or greenlets on one loop)
+                self.exhausted = not self._cut
+                put(_END)
 
     async def __anext__(self) -> T:
         item = await self._queue.get()
@@ -143,24 +152,33 @@ class ThreadedStream(_Relayed[T]):
 class PushedStream(_Relayed[T]):
     """`ThreadedStream`'s contract, with `make_iterator()` run on the loop in a `LoopGreenlet`:
     a task switches into it, and awaits the future it hands back when its token stream is empty.
-    `stop()` raises `cancel` (required: the engine then ends the stream within a token, with its
-    final item); `done` resolves once the iterator is closed."""
+    A sequence of them run at once, a greenlet each, their items in the order they come.
+    `stop()` raises `cancel` (required: the engine then ends the streams within a token, each
+    with its final item); `done` resolves once every iterator is closed."""
 
-    def __init__(self, make_iterator: Callable[[], Iterator[T]], cancel: CancelToken):
-        super().__init__()
+    def __init__(
+        self,
+        make_iterator: Callable[[], Iterator[T]] | Sequence[Callable[[], Iterator[T]]],
+        cancel: CancelToken,
+    ):
+        makers = [make_iterator] if callable(make_iterator) else list(make_iterator)
+        super().__init__(len(makers))
         loop = asyncio.get_running_loop()
         self._cancel = cancel
         self._stopped = False
-        # the items go straight into the reader's queue: the greenlet runs on the loop's thread
-        self._greenlet = LoopGreenlet(partial(self._relay, make_iterator, self._queue.put_nowait), loop)
-        self.done: asyncio.Future[None] = loop.create_task(self._drive())
+        # the items go straight into the reader's queue: the greenlets run on the loop's thread
+        put = self._queue.put_nowait
+        greenlets = [LoopGreenlet(partial(self._relay, make, put), loop) for make in makers]
+        drives = [loop.create_task(self._drive(greenlet)) for greenlet in greenlets]
+        self.done: asyncio.Future[Any] = drives[0] if len(drives) == 1 else asyncio.gather(*drives)
 
-    async def _drive(self) -> None:
-        """Switch into the iterator's greenlet until it has finished, awaiting what it waits for."""
-        waiting = self._greenlet.switch()
+    @staticmethod
+    async def _drive(greenlet: LoopGreenlet) -> None:
+        """Switch into an iterator's greenlet until it has finished, awaiting what it waits for."""
+        waiting = greenlet.switch()
         while waiting is not None:
             await waiting
-            waiting = self._greenlet.switch()
+            waiting = greenlet.switch()
 
     def stop(self) -> None:
         if not self._stopped:
