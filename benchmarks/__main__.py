@@ -23,25 +23,16 @@ def run(benchmark: Benchmark, quick: bool, extra: list[str]) -> int:
     out = benchmark.result(quick)
     command = [*benchmark.command(quick, out.relative_to(REPO), python=sys.executable), *extra]
     print(f"==> {benchmark.name}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
-    env = {
-        **os.environ,
-        **dict(benchmark.env),
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     if quick:
         env["LLMFLOW_BENCH_QUICK"] = "1"
     return subprocess.run(command, cwd=REPO, env=env, check=False).returncode
 
 
 def peer_arguments(args: argparse.Namespace) -> list[str]:
-    extra = []
-    if args.example_server:
-        extra += ["--example-server", str(args.example_server.resolve())]
-    if args.sdist:
-        extra += ["--sdist", str(args.sdist.resolve())]
-    if args.llama_server:
-        extra += ["--llama-server", str(args.llama_server.resolve())]
-    return extra
+    given = {"--example-server": args.example_server, "--sdist": args.sdist,
+             "--llama-server": args.llama_server}  # fmt: skip
+    return [part for flag, path in given.items() if path for part in (flag, str(path.resolve()))]
 
 
 def main() -> None:
@@ -76,7 +67,7 @@ def main() -> None:
             raise SystemExit(f"out of date: {', '.join(changed)} (run python -m benchmarks render)")
         return
     failed = []
-    for name in args.names or [b.name for b in SUITE if b.default]:
+    for name in args.names or [b.name for b in SUITE]:
         extra = peer_arguments(args) if BY_NAME[name].module in PEER_MODULES else []
         if run(BY_NAME[name], args.quick, extra) != 0:
             failed.append(name)

@@ -32,9 +32,9 @@ from llmflow.model_files import default_model_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers.build_llama_server import DEFAULT_CACHE
-from record import Recording, paired_ratios, spread
+from record import Recording, paired_ratios, rotated, spread
 
-ENGINES = {"batched": "llama_cpp_batched"}
+ENGINE = "llama_cpp_batched"
 #: llama.cpp's file types (`LLAMA_FTYPE_MOSTLY_*`) this benchmark requantizes to
 FTYPES = {"Q4_0": 2, "Q8_0": 7}
 
@@ -51,28 +51,16 @@ def main() -> None:
     samples: dict[str, dict[str, list[Any]]] = {q: {"engine": []} for q in models}
     names = list(models)
     for r in range(args.rounds):
-        for quant in names[r % len(names) :] + names[: r % len(names)]:
-            model = models[quant]
+        for quant in rotated(names, r):
             print(f"round {r + 1}/{args.rounds} · {quant}", file=sys.stderr)
             order = levels if r % 2 == 0 else levels[::-1]
-            samples[quant]["engine"].append(in_process("batched", model, order, parallel, args))
-    config = {
-        "model": source.name,
-        "quants": names,
-        "requantized_from": source.name,
-        "threads": args.threads,
-        "concurrency": list(levels),
-        "parallel": parallel,
-        "prompt_tokens": args.prompt_tokens,
-        "max_tokens": args.max_tokens,
-        "n_ctx": args.n_ctx,
-        "rounds": args.rounds,
-    }
+            samples[quant]["engine"].append(in_process(models[quant], order, parallel, args))
+    config = {"model": source.name, "quants": names, "requantized_from": source.name, "threads": args.threads,
+              "concurrency": list(levels), "parallel": parallel, "prompt_tokens": args.prompt_tokens,
+              "max_tokens": args.max_tokens, "n_ctx": args.n_ctx, "rounds": args.rounds}  # fmt: skip
     summary = {quant: summarize(by_quant, levels) for quant, by_quant in samples.items()}
     hide = [str(m) for m in models.values()] + [str(args.cache_dir)]
     recording.write(args.out, config=config, samples=samples, summary=summary, hide=hide)
-    for quant, row in summary.items():
-        print(f"{quant}: engine 8/1 {row.get('engine_8_over_1')}")
 
 
 def parse_args() -> argparse.Namespace:
@@ -88,7 +76,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--n-ctx", type=int, default=1024, help="each stream's context window")
-    parser.add_argument("--prefill-chunk", type=int, default=None, help="batched engine option")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/batching.json"))
@@ -121,34 +108,20 @@ def requantized(source: Path, quant: str, cache: Path) -> Path:
     return target
 
 
-def engine_options(name: str, parallel: int, args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": parallel}
-    if args.prefill_chunk:
-        options["prefill_chunk"] = args.prefill_chunk
-    return options
-
-
-def in_process(
-    name: str, model: Path, levels: tuple[int, ...], parallel: int, args: argparse.Namespace
-) -> dict:
+def in_process(model: Path, levels: tuple[int, ...], parallel: int, args: argparse.Namespace) -> dict:
     """One sweep over every level with `LLM.stream` in threads: llmflow bench's closed loop and
-    statistics, on an LLM loaded with the engine under test."""
+    statistics, on the batching engine."""
     started = dt.datetime.now(dt.timezone.utc)
-    llm = LLM.load(model, engine=ENGINES[name], engine_options=engine_options(name, parallel, args))
+    options = {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": parallel}
+    llm = LLM.load(model, engine=ENGINE, engine_options=options)
     counter = TokenCounter.from_llm(llm)
     backend = InProcessBackend(llm, api="chat", max_workers=max(levels), owns_llm=True)
     plan_levels = []
     for concurrency in levels:
         level = Level(concurrency=concurrency)
         count = requests_for(level, args.requests)
-        specs = synthetic_requests(
-            count,
-            prompt_tokens=args.prompt_tokens,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
-            key=level.key,
-            counter=counter,
-        )
+        specs = synthetic_requests(count, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+                                   seed=args.seed, key=level.key, counter=counter)  # fmt: skip
         plan_levels.append((level, specs))
     warmup = synthetic_requests(
         1, prompt_tokens=args.prompt_tokens, max_tokens=16, seed=args.seed, key="warmup", counter=counter
@@ -162,27 +135,12 @@ def in_process(
             await backend.aclose()
 
     asyncio.run(run())
-    settings = Settings(
-        requests=[len(specs) for _, specs in plan_levels],
-        prompt_tokens=args.prompt_tokens,
-        max_tokens=args.max_tokens,
-        dataset=None,
-        temperature=0.0,
-        seed=args.seed,
-        tokenizer=llm.model_name,
-        request_usage=True,
-        warmup=True,
-        timeout_s=None,
-    )
-    target = Target("in_process", None, "chat", f"{model.name} ({ENGINES[name]})")
+    settings = Settings(requests=[len(specs) for _, specs in plan_levels], prompt_tokens=args.prompt_tokens,
+                        max_tokens=args.max_tokens, dataset=None, temperature=0.0, seed=args.seed,
+                        tokenizer=llm.model_name, request_usage=True, warmup=True,
+                        timeout_s=None)  # fmt: skip
+    target = Target("in_process", None, "chat", f"{model.name} ({ENGINE})")
     return build_document(sweep, target, settings, [ITL_NOTE], started)
-
-
-def level_summary(document: dict[str, Any], concurrency: int) -> dict[str, Any] | None:
-    for level in document["levels"]:
-        if level["concurrency"] == concurrency:
-            return level["summary"]
-    return None
 
 
 def summarize(samples: dict[str, list[Any]], levels: tuple[int, ...]) -> dict[str, Any]:
@@ -191,7 +149,7 @@ def summarize(samples: dict[str, list[Any]], levels: tuple[int, ...]) -> dict[st
     def engine(concurrency: int, key: str, stat: str | None = None) -> list[float | None]:
         values = []
         for document in samples["engine"]:
-            summary = level_summary(document, concurrency) or {}
+            summary = next((x["summary"] for x in document["levels"] if x["concurrency"] == concurrency), {})
             value = summary.get(key)
             values.append(value.get(stat) if stat and value else value)
         return values

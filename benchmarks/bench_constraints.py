@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, paired_ratios, spread
+from record import Recording, alternated, paired_ratios, spread
+from stream_timing import at_once, decode_speed
 
 from llmflow import LLM
 from llmflow.constraints import Constraint
@@ -32,42 +31,19 @@ from llmflow.constraints.compiler import ConstraintCompiler, lltokenizer
 
 PROMPT = "List as many fruits and vegetables as you can, as a JSON array of strings."
 SCHEMA = {"type": "array", "items": {"type": "string", "maxLength": 24}, "minItems": 50}
-COMPILE_SCHEMAS = {
-    "array_of_strings": SCHEMA,
-    "object": {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "age": {"type": "integer", "minimum": 0},
-            "email": {"type": "string", "format": "email"},
-            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}},
-            "address": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string"},
-                    "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
-                },
-                "required": ["city"],
-            },
-        },
-        "required": ["name", "age"],
-    },
-}
+ADDRESS = {"type": "object", "required": ["city"], "properties": {
+    "city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}  # fmt: skip
+PROPERTIES = {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+              "email": {"type": "string", "format": "email"}, "address": ADDRESS,
+              "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}}}  # fmt: skip
+OBJECT = {"type": "object", "properties": PROPERTIES, "required": ["name", "age"]}
+COMPILE_SCHEMAS = {"array_of_strings": SCHEMA, "object": OBJECT}
 STREAMS = 8
 
 
 def decode_rate(llm: LLM, params: dict[str, Any], constraint: Constraint | None) -> tuple[float, int]:
     """(decode tokens/s from the first token to the last, tokens) of one stream."""
-    first = last = None
-    tokens = 0
-    for chunk in llm.stream(PROMPT, params, constraint=constraint):
-        now = time.perf_counter()
-        if chunk.is_final:
-            tokens = chunk.usage.completion_tokens
-        else:
-            first = first or now
-            last = now
-    return ((tokens - 1) / (last - first) if first and last and last > first else 0.0), tokens
+    return decode_speed(llm.stream(PROMPT, params, constraint=constraint))[:2]
 
 
 def gbnf_rate(llm: LLM, max_tokens: int, grammar: Any) -> tuple[float, int]:
@@ -87,22 +63,11 @@ def gbnf_rate(llm: LLM, max_tokens: int, grammar: Any) -> tuple[float, int]:
 
 def batched_rate(llm: LLM, params: dict[str, Any], constraint: Constraint | None) -> tuple[float, int]:
     """(output tokens/s of STREAMS concurrent streams, total tokens): all tokens over the wall time."""
-    counts = [0] * STREAMS
-    barrier = threading.Barrier(STREAMS + 1)
-
-    def run(i: int) -> None:
-        barrier.wait()
-        done = llm.generate(PROMPT, {**params, "seed": i}, constraint=constraint)
-        counts[i] = done.usage.completion_tokens
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(STREAMS)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    return sum(counts) / (time.perf_counter() - start), sum(counts)
+    wall, done = at_once(
+        STREAMS, lambda i: llm.generate(PROMPT, {**params, "seed": i}, constraint=constraint)
+    )
+    tokens = sum(d.usage.completion_tokens for d in done)
+    return tokens / wall, tokens
 
 
 def compile_times(llm: LLM, repeats: int) -> dict[str, Any]:
@@ -161,17 +126,10 @@ def measure_batched(args: argparse.Namespace) -> tuple[dict[str, list[float]], d
 
 
 def _alternate(sides: dict[str, Any], rounds: int) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
-    names = list(sides)
-    for name in names:  # warm-up: compiles, thread teams, caches
-        sides[name]()
-    rates: dict[str, list[float]] = {n: [] for n in names}
-    tokens: dict[str, list[int]] = {n: [] for n in names}
-    for i in range(rounds):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            rate, count = sides[name]()
-            rates[name].append(rate)
-            tokens[name].append(count)
-    return rates, tokens
+    results = alternated(sides, rounds)
+    return {n: [r[0] for r in rs] for n, rs in results.items()}, {
+        n: [r[1] for r in rs] for n, rs in results.items()
+    }
 
 
 def main() -> None:
@@ -211,8 +169,6 @@ def main() -> None:
     samples = {"llama_cpp": single, "llama_cpp_tokens": single_tokens, "llama_cpp_batched_8": batched,
                "llama_cpp_batched_8_tokens": batched_tokens, "compile": compiles}  # fmt: skip
     recording.write(args.out, config=config, samples=samples, summary=summary)
-    print(json.dumps({k: v for k, v in summary.items() if "over" in k}, indent=1))
-    print(statistics.median(single["constrained"]), statistics.median(single["unconstrained"]))
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from pathlib import Path
 from llmflow import LLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, paired_ratios, spread
-from stream_timing import time_stream
+from record import Recording, alternated, paired_ratios, spread
+from stream_timing import stream_record, time_stream
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
 
@@ -48,22 +48,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=None, help="default: all usable cores")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/engine.json"))
     args = parser.parse_args()
     recording = Recording.begin("engine")
 
-    options = {} if args.threads is None else {"n_threads": args.threads}
-    llm = LLM.load(engine_options=options)
+    llm = LLM.load()
     run_llmflow(llm, 16)  # warm-up both paths
     run_raw(llm, 16)
-    results: dict[str, list[tuple[float, float, int]]] = {"llmflow": [], "raw": []}
-    for i in range(args.runs):
-        order = [("llmflow", run_llmflow), ("raw", run_raw)]
-        if i % 2:
-            order.reverse()
-        for name, fn in order:
-            results[name].append(fn(llm, args.max_tokens))
+    sides = {
+        "llmflow": lambda: run_llmflow(llm, args.max_tokens),
+        "raw": lambda: run_raw(llm, args.max_tokens),
+    }
+    results = alternated(sides, args.runs, warm_up=False)
 
     def series(name: str, index: int) -> list[float]:
         return [r[index] for r in results[name]]
@@ -80,19 +76,8 @@ def main() -> None:
         ),
         "targets": {"tokens_per_s_ratio": ">= 0.98", "ttft_delta_ms": "<= 5"},
     }
-    config = {
-        "model": llm.model_name,
-        "threads": llm.engine.options.n_threads,
-        "max_tokens": args.max_tokens,
-        "runs": args.runs,
-        "prompt": PROMPT,
-    }
-    samples = {
-        name: [{"ttft_s": r[0], "decode_tok_s": r[1], "tokens": r[2]} for r in rs]
-        for name, rs in results.items()
-    }
+    config, samples = stream_record(llm, args, PROMPT, results)
     recording.write(args.out, config=config, samples=samples, summary=summary)
-    print(f"ratio {summary['tokens_per_s_ratio']}, TTFT delta ms {summary['ttft_delta_ms']}")
 
 
 if __name__ == "__main__":

@@ -49,17 +49,9 @@ from llmflow.mlflow.signature import build_signature
 from llmflow.model_files import resolve_model_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, paired_ratios, spread
+from record import Recording, alternated, paired_ratios, spread
 from serve_process import free_port, started
 
-WAYS = (
-    "in_process",
-    "in_process_llama_cpp",
-    "in_process_pyfunc",
-    "llmflow_http",
-    "llmflow_http_sse",
-    "llama_cpp_server",
-)
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 N_CTX = 4096
 MODEL_NAME = "bench"
@@ -137,13 +129,8 @@ def over_http(base_url: str, model: str, max_tokens: int) -> Callable[[], Sample
 
 def over_http_sse(base_url: str, model: str, max_tokens: int) -> Callable[[], Sample]:
     client = httpx.Client(base_url=base_url, timeout=600)
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": PROMPT}],
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "stream": True,
-    }
+    body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
+            "temperature": 0.0, "stream": True}  # fmt: skip
 
     def texts() -> Iterator[str]:
         parser = SSEParser()
@@ -173,33 +160,13 @@ def server_command(name: str, model: Path, threads: int, port: int) -> list[str]
 
 
 # -- running and reporting ------------------------------------------------------------------------
-def alternate(ways: dict[str, Callable[[], Sample]], runs: int) -> dict[str, list[Sample]]:
-    names = list(ways)
-    for name in names:  # warm-up: first load of pages, first prompt into each cache
-        ways[name]()
-    samples: dict[str, list[Sample]] = {name: [] for name in names}
-    for round_ in range(runs):
-        order = names[round_ % len(names) :] + names[: round_ % len(names)]
-        for name in order:
-            samples[name].append(ways[name]())
-        line = "  ".join(f"{n} {samples[n][-1].decode_tok_s or 0:6.1f} tok/s" for n in names)
-        print(f"round {round_ + 1}/{runs}: {line}", flush=True)
-    return samples
-
-
 def ratios(samples: dict[str, list[Sample]]) -> dict[str, dict | None]:
     """Each ratio round by round (both ways ran in the same round), as median and min-max."""
 
-    def rates(name: str) -> list[float | None] | None:
-        return [s.decode_tok_s for s in samples[name]] if name in samples else None
-
     def ratio(a: str, b: str) -> dict | None:
-        x, y = rates(a), rates(b)
-        return paired_ratios(x, y) if x and y else None
+        return paired_ratios([s.decode_tok_s for s in samples[a]], [s.decode_tok_s for s in samples[b]])
 
     def ttft_overhead() -> dict | None:
-        if "llmflow_http" not in samples or "in_process" not in samples:
-            return None
         pairs = zip(samples["llmflow_http"], samples["in_process"], strict=True)
         return spread(http.ttft_ms - local.ttft_ms for http, local in pairs)
 
@@ -219,7 +186,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=usable_cores())
     parser.add_argument("--runs", type=int, default=15, help="measured runs per way")
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--skip", action="append", default=[], choices=WAYS, help="leave this way out")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/http.json"))
     args = parser.parse_args()
     recording = Recording.begin("http")
@@ -228,25 +194,22 @@ def main() -> None:
     # the engine `llmflow serve` uses for a GGUF file (llama_cpp_batched), so both sides compute alike
     options = {"n_threads": args.threads, "n_ctx": N_CTX}
     llm = LLM.load(model, concurrent=True, engine_options=options)
-    skip, max_tokens = set(args.skip), args.max_tokens
-    local: dict[str, Callable[[], Callable[[], Sample]]] = {
-        "in_process": lambda: in_process(llm, max_tokens),
-        # LLM.load's default engine, loaded only when this way runs
-        "in_process_llama_cpp": lambda: in_process(LLM.load(model, engine_options=options), max_tokens),
-        "in_process_pyfunc": lambda: in_process_pyfunc(llm, max_tokens),
+    max_tokens = args.max_tokens
+    ways = {
+        "in_process": in_process(llm, max_tokens),
+        # LLM.load's default engine
+        "in_process_llama_cpp": in_process(LLM.load(model, engine_options=options), max_tokens),
+        "in_process_pyfunc": in_process_pyfunc(llm, max_tokens),
     }
-    ways = {name: make() for name, make in local.items() if name not in skip}
-    servers = [name for name in ("llmflow_http", "llama_cpp_server") if name not in skip]
     with ExitStack() as stack, tempfile.TemporaryDirectory() as logs:
-        for name in servers:
+        for name in ("llmflow_http", "llama_cpp_server"):
             port = free_port()
-            url = stack.enter_context(
-                started(name, server_command(name, model, args.threads, port), port, Path(logs))
-            )
+            command = server_command(name, model, args.threads, port)
+            url = stack.enter_context(started(name, command, port, Path(logs)))
             ways[name] = over_http(url, MODEL_NAME, max_tokens)
-            if name == "llmflow_http" and "llmflow_http_sse" not in skip:
+            if name == "llmflow_http":
                 ways["llmflow_http_sse"] = over_http_sse(url, MODEL_NAME, max_tokens)
-        samples = alternate(ways, args.runs)
+        samples = alternated(ways, args.runs)  # the warm-up: pages loaded, the prompt in each cache
 
     config = {"model": model.name, "threads": args.threads, "runs": args.runs,
               "max_tokens": args.max_tokens, "n_ctx": N_CTX, "prompt": PROMPT,
@@ -258,15 +221,9 @@ def main() -> None:
         }
         for name, values in samples.items()
     }
-    document = recording.write(
-        args.out,
-        config=config,
-        samples={name: [asdict(s) for s in values] for name, values in samples.items()},
-        summary={"spread": spreads, "ratios": ratios(samples)},
-        hide=[model],
-    )
-    for name, value in document["summary"]["ratios"].items():
-        print(f"{name}: {value}")
+    samples_ = {name: [asdict(s) for s in values] for name, values in samples.items()}
+    summary = {"spread": spreads, "ratios": ratios(samples)}
+    recording.write(args.out, config=config, samples=samples_, summary=summary, hide=[model])
 
 
 if __name__ == "__main__":

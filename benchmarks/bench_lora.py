@@ -19,13 +19,14 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from llmflow import LLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, paired_ratios, spread
+from record import Recording, alternated, paired_ratios, spread
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
 MODES = ("base", "one", "two")
@@ -76,16 +77,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--adapter", action="append", help="NAME=PATH (a and b); default: made now")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/lora.json"))
     args = parser.parse_args()
     recording = Recording.begin("lora")
     with tempfile.TemporaryDirectory() as tmp:
-        given = dict(item.split("=", 1) for item in args.adapter or [])
-        adapters = given or make_adapters(Path(tmp))
-        config, samples, summary = _measure(args, adapters)
+        config, samples, summary = _measure(args, make_adapters(Path(tmp)))
     recording.write(args.out, config=config, samples=samples, summary=summary)
-    print(f"two/one {summary['tok_s_ratio_two_one']}, one/base {summary['tok_s_ratio_one_base']}")
 
 
 def _measure(args: argparse.Namespace, adapters: dict[str, str]) -> tuple[dict, dict, dict[str, Any]]:
@@ -93,23 +90,15 @@ def _measure(args: argparse.Namespace, adapters: dict[str, str]) -> tuple[dict, 
     llm = LLM.load(engine="llama_cpp_batched", parallel=args.streams, engine_options=options)
     for mode in MODES:  # warm-up
         run_round(llm, mode, args.streams, 8)
-    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
-    for i in range(args.rounds):
-        for mode in MODES[i % len(MODES) :] + MODES[: i % len(MODES)]:
-            results[mode].append(run_round(llm, mode, args.streams, args.max_tokens))
+    sides = {mode: partial(run_round, llm, mode, args.streams, args.max_tokens) for mode in MODES}
+    results = alternated(sides, args.rounds, warm_up=False)
     llm.close()
 
     def rates(mode: str) -> list[float]:
         return [r["tok_s"] for r in results[mode]]
 
-    config = {
-        "model": llm.model_name,
-        "engine": "llama_cpp_batched",
-        "streams": args.streams,
-        "max_tokens": args.max_tokens,
-        "rounds": args.rounds,
-        "prompt": PROMPT,
-    }
+    config = {"model": llm.model_name, "engine": "llama_cpp_batched", "streams": args.streams,
+              "max_tokens": args.max_tokens, "rounds": args.rounds, "prompt": PROMPT}  # fmt: skip
     summary: dict[str, Any] = {f"{mode}_tok_s": spread(rates(mode)) for mode in MODES}
     summary["tok_s_ratio_two_one"] = paired_ratios(rates("two"), rates("one"))
     summary["tok_s_ratio_one_base"] = paired_ratios(rates("one"), rates("base"))

@@ -25,10 +25,11 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, spread
+from record import Recording, alternated, spread
 
 REGISTERED = "bench-load"
 
@@ -67,13 +68,8 @@ def log_once(root: Path) -> dict[str, str]:
     started = time.perf_counter()
     llmflow.mlflow.save_model(local, progress=False)
     save_s = time.perf_counter() - started
-    return {
-        "tracking_uri": uri,
-        "registry": f"models:/{REGISTERED}@bench",
-        "local": str(local),
-        "log_s": f"{log_s:.3f}",
-        "save_s": f"{save_s:.3f}",
-    }
+    return {"tracking_uri": uri, "registry": f"models:/{REGISTERED}@bench", "local": str(local),
+            "log_s": f"{log_s:.3f}", "save_s": f"{save_s:.3f}"}  # fmt: skip
 
 
 def time_in_process(loaders: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
@@ -87,14 +83,7 @@ def time_in_process(loaders: dict[str, Callable[[], object]], runs: int) -> dict
         (find_llm(model) or model).close()  # LLM.load returns the LLM itself
         return elapsed
 
-    names = list(loaders)
-    for name in names:  # warm-up: imports, page cache
-        once(loaders[name])
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(runs):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            times[name].append(once(loaders[name]))
-    return times
+    return alternated({name: partial(once, load) for name, load in loaders.items()}, runs)
 
 
 def time_fresh_processes(
@@ -102,18 +91,16 @@ def time_fresh_processes(
 ) -> dict[str, list[dict[str, float]]]:
     """A fresh process per load, the kinds alternated."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    names = list(uris)
-    results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
-    for i in range(runs):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            started = time.perf_counter()
-            done = subprocess.run(
-                [sys.executable, "-c", CHILD, uris[name]], env=env, capture_output=True, text=True, check=True
-            )
-            record = json.loads(done.stdout.strip().splitlines()[-1])
-            record["process_s"] = time.perf_counter() - started
-            results[name].append(record)
-    return results
+
+    def once(uri: str) -> dict[str, float]:
+        started = time.perf_counter()
+        command = [sys.executable, "-c", CHILD, uri]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+        record = json.loads(done.stdout.strip().splitlines()[-1])
+        record["process_s"] = time.perf_counter() - started
+        return record
+
+    return alternated({name: partial(once, uri) for name, uri in uris.items()}, runs, warm_up=False)
 
 
 def main() -> None:
@@ -144,11 +131,8 @@ def main() -> None:
         )
         kinds = {kind: logged[kind] for kind in ("local", "registry")}
         fresh = time_fresh_processes(kinds, logged["tracking_uri"], args.processes)
-    config = {
-        "model": "SmolLM2-135M-Instruct.Q4_1 (embedded)",
-        "runs": args.runs,
-        "processes": args.processes,
-    }
+    config = {"model": "SmolLM2-135M-Instruct.Q4_1 (embedded)", "runs": args.runs,
+              "processes": args.processes}  # fmt: skip
     summary = {
         "log_model_s": float(logged["log_s"]),
         "save_model_s": float(logged["save_s"]),
@@ -162,7 +146,6 @@ def main() -> None:
     recording.write(
         args.out, config=config, samples={"in_process_s": in_process, "fresh_process": fresh}, summary=summary
     )
-    print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

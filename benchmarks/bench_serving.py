@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, spread
+from record import Recording, bench_figures, spread
 from serve_process import free_port, started
 
 from llmflow.bench import BenchOptions, run_bench
@@ -30,26 +30,13 @@ from llmflow.engines.llama_cpp import usable_cores
 
 def bench(args: argparse.Namespace, url: str) -> dict[str, Any]:
     """One level of `llmflow bench` against the server: the figures of its summary."""
-    document = run_bench(
-        BenchOptions(
-            url=url,
-            concurrency=(args.concurrency,),
-            requests=args.requests,
-            prompt_tokens=args.prompt_tokens,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
-        )
-    )
+    options = BenchOptions(url=url, concurrency=(args.concurrency,), requests=args.requests,
+                           prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+                           seed=args.seed)  # fmt: skip
+    document = run_bench(options)
     if document["aborted"]:
         raise SystemExit(f"llmflow bench stopped: {document['aborted']}")
-    summary = document["levels"][0]["summary"]
-    return {
-        "output_tok_s": summary["output_throughput"],
-        "itl_p50_s": summary["itl_s"]["median"],
-        "itl_p99_s": summary["itl_s"]["p99"],
-        "ttft_p50_s": summary["ttft_s"]["median"],
-        "ttft_p99_s": summary["ttft_s"]["p99"],
-    }
+    return bench_figures(document["levels"][0]["summary"])
 
 
 def main() -> None:

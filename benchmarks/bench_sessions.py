@@ -23,10 +23,8 @@ import json
 import shlex
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ from benchmarks.peers.build_llama_server import ensure_llama_server
 from benchmarks.peers.compare_servers import COMMANDS, Setup
 from benchmarks.record import Recording, paired_ratios, spread
 from benchmarks.serve_process import free_port, started
+from benchmarks.stream_timing import at_once
 from llmflow.engines.llama_cpp import usable_cores
 from llmflow.model_files import default_model_path
 
@@ -54,14 +53,8 @@ def system_prompt(seed: int, words: int) -> str:
 
 def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int) -> dict[str, Any]:
     """One streamed chat request: TTFT (first content), the answer, chunks and the usage if sent."""
-    body = {
-        "model": model,
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
+            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
     start = time.perf_counter()
     ttft, parts, usage = None, [], None
     with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=600, trust_env=False) as r:
@@ -76,13 +69,8 @@ def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int) -> 
                 if text:
                     ttft = ttft if ttft is not None else time.perf_counter() - start
                     parts.append(text)
-    return {
-        "ttft_s": ttft,
-        "e2e_s": time.perf_counter() - start,
-        "text": "".join(parts),
-        "chunks": len(parts),
-        "usage": usage,
-    }
+    return {"ttft_s": ttft, "e2e_s": time.perf_counter() - start, "text": "".join(parts),
+            "chunks": len(parts), "usage": usage}  # fmt: skip
 
 
 def model_id(url: str) -> str:
@@ -117,19 +105,12 @@ def short_requests(url: str, seed: int, args: argparse.Namespace) -> dict[str, A
 
 def concurrent_streams(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     model = model_id(url)
-    results: list[dict[str, Any]] = [{} for _ in range(args.streams)]
 
-    def run(i: int) -> None:
+    def run(i: int) -> dict[str, Any]:
         prompt = f"Stream {seed}-{i}. Count from 1 to 300, separated by commas:"
-        results[i] = stream_chat(url, model, [{"role": "user", "content": prompt}], args.stream_tokens)
+        return stream_chat(url, model, [{"role": "user", "content": prompt}], args.stream_tokens)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(args.streams)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
+    elapsed, results = at_once(args.streams, run)
     chunks = sum(r["chunks"] for r in results)
     return {"chunks": chunks, "elapsed_s": elapsed, "chunks_per_s": chunks / elapsed}
 
@@ -181,17 +162,11 @@ def revisits(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any
         for line in metrics.splitlines()
         if line.startswith("llmflow_prompt_cache_bytes{") and 'tier="host"' in line
     )
-    return {
-        "cold_ttft_s": cold,
-        "revisit_ttft_s": warm,
-        "reused_share": reused,
-        "cold_over_revisit": statistics.median(cold) / statistics.median(warm),
-        "reused_share_min": min(reused),
-        "rss_start": rss_start,
-        "rss_end": rss_end,
-        "host_tier_bytes": host_bytes,
-        "budget_bytes": args.cache_ram_mib << 20,
-    }
+    return {"cold_ttft_s": cold, "revisit_ttft_s": warm, "reused_share": reused,
+            "cold_over_revisit": statistics.median(cold) / statistics.median(warm),
+            "reused_share_min": min(reused),
+            "rss_start": rss_start, "rss_end": rss_end, "host_tier_bytes": host_bytes,
+            "budget_bytes": args.cache_ram_mib << 20}  # fmt: skip
 
 
 def restart(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -222,12 +197,9 @@ def restart(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any]
         ) as url:
             again = stream_chat(url, model_id(url), messages, 16)
     usage = again["usage"]
-    return {
-        "cold_ttft_s": first["ttft_s"],
-        "after_restart_ttft_s": again["ttft_s"],
-        "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
-        "prompt_tokens": usage["prompt_tokens"],
-    }
+    return {"cold_ttft_s": first["ttft_s"], "after_restart_ttft_s": again["ttft_s"],
+            "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
+            "prompt_tokens": usage["prompt_tokens"]}  # fmt: skip
 
 
 def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
@@ -238,13 +210,8 @@ def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
     saving: dict[str, Any] = {}
     from llmflow import LLM
 
-    def answers(prompt_cache: bool) -> list[str]:
-        options = {
-            "n_ctx": args.n_ctx,
-            "parallel": 2,
-            "n_threads": args.threads,
-            "prompt_cache": prompt_cache,
-        }
+    def answers(cache: bool) -> list[str]:
+        options = {"n_ctx": args.n_ctx, "parallel": 2, "n_threads": args.threads, "prompt_cache": cache}
         llm = LLM.load(model, engine="llama_cpp_batched", engine_options=options)
         texts = []
         try:
@@ -256,13 +223,11 @@ def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
                     texts.append(text)
                     messages.append({"role": "assistant", "content": text})
             stats = llm.engine.stats()
-            if prompt_cache:
-                saving.update(
-                    saves=stats.cache_saves_total,
-                    restores=stats.cache_restores_total,
-                    save_ms_mean=1000 * stats.cache_save_seconds_total / max(1, stats.cache_saves_total),
-                    save_ms_max=1000 * stats.cache_save_seconds_max,
-                )
+            if cache:
+                saves = stats.cache_saves_total
+                saving.update(saves=saves, restores=stats.cache_restores_total,
+                              save_ms_mean=1000 * stats.cache_save_seconds_total / max(1, saves),
+                              save_ms_max=1000 * stats.cache_save_seconds_max)  # fmt: skip
         finally:
             llm.close()
         return texts
@@ -279,35 +244,18 @@ PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict[str, Any]]] 
 }
 
 
-@contextmanager
-def server(name: str, setup: Setup) -> Iterator[str]:
-    port = free_port()
-    with started(name, COMMANDS[name](setup, port), port, setup.logs) as url:
-        yield url
-
-
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=usable_cores())
-    p.add_argument("--parallel", type=int, default=8)
-    p.add_argument("--n-ctx", type=int, default=4096, help="per sequence")
-    p.add_argument("--system-words", type=int, default=900, help="about 1.1k tokens")
-    p.add_argument("--turns", type=int, default=6)
-    p.add_argument("--answer-tokens", type=int, default=48)
-    p.add_argument("--short-requests", type=int, default=8)
-    p.add_argument("--streams", type=int, default=8)
-    p.add_argument("--stream-tokens", type=int, default=96)
-    p.add_argument("--sessions", type=int, default=32)
-    p.add_argument("--revisit-system-words", type=int, default=300)
-    p.add_argument("--cache-ram-mib", type=int, default=512)
-    p.add_argument("--identity-sessions", type=int, default=12)
-    p.add_argument(
-        "--peers-only", action="store_true", help="the per-server measurements only (no tiers, no identity)"
-    )
+    # --n-ctx: per sequence; --system-words: about 1.1k tokens
+    sizes = {"rounds": 3, "threads": usable_cores(), "parallel": 8, "n-ctx": 4096, "system-words": 900,
+             "turns": 6, "answer-tokens": 48, "short-requests": 8, "streams": 8, "stream-tokens": 96,
+             "sessions": 32, "revisit-system-words": 300, "cache-ram-mib": 512,
+             "identity-sessions": 12}  # fmt: skip
+    for name, default in sizes.items():
+        p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--peers-only", action="store_true", help="per server only (no cache tiers, no identity)")
     p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
     p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
-    p.add_argument("--no-llama-server", action="store_true")
     p.add_argument("--llama-server-args", default="", help="more llama-server options, e.g. '-ngl 999'")
     p.add_argument("--example-server", type=Path, help="examples/server/server.py of llama-cpp-python")
     p.add_argument("--model", type=Path, default=None)
@@ -320,21 +268,19 @@ def main() -> None:
     recording = Recording.begin("sessions")
     model = args.model or default_model_path()
     logs = Path(tempfile.mkdtemp(prefix="llmflow-sessions-"))
-    if not args.no_llama_server and args.llama_server is None:
-        args.llama_server = ensure_llama_server(args.sdist)
+    args.llama_server = args.llama_server or ensure_llama_server(args.sdist)
     setup = Setup(
         model, args.threads, args.parallel, args.n_ctx, args.llama_server, args.example_server, logs,
         tuple(shlex.split(args.llama_server_args)),
     )  # fmt: skip
-    servers = ["llmflow"] + [
-        n for n, p in (("llama-server", args.llama_server), ("example-server", args.example_server)) if p
-    ]
+    servers = ["llmflow", "llama-server"] + (["example-server"] if args.example_server else [])
     samples: dict[str, Any] = {kind: {name: [] for name in servers} for kind in PER_SERVER}
     samples["revisits"], samples["restart"] = [], []
     for round_ in range(args.rounds):
         order = servers if round_ % 2 == 0 else servers[::-1]
         for name in order:
-            with server(name, setup) as url:
+            port = free_port()
+            with started(name, COMMANDS[name](setup, port), port, setup.logs) as url:
                 for kind, measure in PER_SERVER.items():
                     samples[kind][name].append(measure(url, 100 * round_ + len(name), args))
                     print(f"round {round_ + 1} {name} {kind} done", flush=True)
@@ -376,23 +322,17 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
     revisit = samples["revisits"]
     if not revisit:
         return summary
-    summary["revisits"] = {
-        "cold_over_revisit": spread(r["cold_over_revisit"] for r in revisit),
-        "reused_share_min": min(r["reused_share_min"] for r in revisit),
-        "rss_growth_over_budget": spread(
-            (r["rss_end"] - r["rss_start"]) / r["budget_bytes"]
-            for r in revisit
-            if r["rss_end"] and r["rss_start"]
-        ),
-        "host_tier_bytes_max": max(r["host_tier_bytes"] for r in revisit),
-        "budget_bytes": revisit[0]["budget_bytes"],
-    }
-    summary["restart"] = {
-        "cold_over_after_restart": spread(
-            r["cold_ttft_s"] / r["after_restart_ttft_s"] for r in samples["restart"]
-        ),
-        "cached_share": spread(r["cached_tokens"] / r["prompt_tokens"] for r in samples["restart"]),
-    }
+    growth = [(r["rss_end"] - r["rss_start"]) / r["budget_bytes"] for r in revisit
+              if r["rss_end"] and r["rss_start"]]  # fmt: skip
+    summary["revisits"] = {"cold_over_revisit": spread(r["cold_over_revisit"] for r in revisit),
+                           "reused_share_min": min(r["reused_share_min"] for r in revisit),
+                           "rss_growth_over_budget": spread(growth),
+                           "host_tier_bytes_max": max(r["host_tier_bytes"] for r in revisit),
+                           "budget_bytes": revisit[0]["budget_bytes"]}  # fmt: skip
+    restarts = samples["restart"]
+    cold_over = spread(r["cold_ttft_s"] / r["after_restart_ttft_s"] for r in restarts)
+    shares = spread(r["cached_tokens"] / r["prompt_tokens"] for r in restarts)
+    summary["restart"] = {"cold_over_after_restart": cold_over, "cached_share": shares}
     summary["greedy_identity"] = samples["greedy_identity"]
     return summary
 

@@ -16,15 +16,13 @@ token to its last, 8 streams' as all their tokens over the wall time.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import Recording, paired_ratios, spread
+from stream_timing import at_once, decode_speed
 
 from llmflow import LLM
 
@@ -53,24 +51,12 @@ their places under the chestnut tree an hour before noon. Visitors who arrive on
 think the town has been abandoned, until they turn the corner by the fountain and find half of \
 its people sitting in the sun, talking about nothing in particular, as they have always done.
 """
-REWRITES = [
-    ("river", "stream"),
-    ("bridge", "viaduct"),
-    ("baker", "grocer"),
-    ("square", "plaza"),
-    ("church", "chapel"),
-    ("farmers", "growers"),
-    ("town", "village"),
-    ("fishermen", "anglers"),
-]
-CHATS = [
-    "What are three good habits for staying healthy?",
-    "Explain how a bicycle works to a ten-year-old.",
-    "Write a short poem about autumn.",
-    "Give me some tips for learning a new language.",
-    "Why is the sky blue?",
-    "Suggest a name for a small bakery and explain it.",
-]
+REWRITES = [("river", "stream"), ("bridge", "viaduct"), ("baker", "grocer"), ("square", "plaza"),
+            ("church", "chapel"), ("farmers", "growers"), ("town", "village"),
+            ("fishermen", "anglers")]  # fmt: skip
+CHATS = ["What are three good habits for staying healthy?", "Explain how a bicycle works to a ten-year-old.",
+         "Write a short poem about autumn.", "Give me some tips for learning a new language.",
+         "Why is the sky blue?", "Suggest a name for a small bakery and explain it."]  # fmt: skip
 STREAMS = 8
 ENGINE_OPTIONS: dict[str, Any] = {"n_ctx": 2048, "kv_cache_type": "q8_0", "speculative": True}
 
@@ -81,40 +67,14 @@ def rewrite_prompt(i: int) -> str:
 
 
 def one_stream(llm: LLM, prompt: str, params: dict[str, Any]) -> tuple[float, int, str]:
-    """(decode tokens/s from the first token to the last, tokens, text) of one stream."""
-    first = last = None
-    tokens, pieces = 0, []
-    for chunk in llm.stream(prompt, params):
-        now = time.perf_counter()
-        if chunk.is_final:
-            tokens = chunk.usage.completion_tokens
-        else:
-            pieces.append(chunk.text)
-            first = first or now
-            last = now
-    rate = (tokens - 1) / (last - first) if first and last and last > first else 0.0
-    return rate, tokens, "".join(pieces)
+    return decode_speed(llm.stream(prompt, params))
 
 
 def many_streams(llm: LLM, params: dict[str, Any]) -> tuple[float, int, list[str]]:
     """(all tokens over the wall time, tokens, texts) of STREAMS concurrent rewrite streams."""
-    texts = [""] * STREAMS
-    counts = [0] * STREAMS
-    barrier = threading.Barrier(STREAMS + 1)
-
-    def run(i: int) -> None:
-        barrier.wait()
-        done = llm.generate(rewrite_prompt(i), params)
-        texts[i], counts[i] = done.text, done.usage.completion_tokens
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(STREAMS)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    return sum(counts) / (time.perf_counter() - start), sum(counts), texts
+    wall, done = at_once(STREAMS, lambda i: llm.generate(rewrite_prompt(i), params))
+    tokens = sum(d.usage.completion_tokens for d in done)
+    return tokens / wall, tokens, [d.text for d in done]
 
 
 class Sides:
@@ -161,11 +121,8 @@ def measure(args: argparse.Namespace) -> dict[str, Sides]:
     many.run(0, False)
     for i in range(args.rounds):
         many.round(i, "on" if i % 2 else "off")
-    stats = batched.engine.speculation_stats()
     batched.close()
     workloads["batched_8"] = many
-    if stats is not None:
-        print("batched draft tokens proposed/accepted:", stats.proposed, stats.accepted)
     return workloads
 
 
@@ -202,11 +159,6 @@ def main() -> None:
               "chats": CHATS}  # fmt: skip
     samples = {name: {"rates": s.rates, "tokens": s.tokens} for name, s in workloads.items()}
     recording.write(args.out, config=config, samples=samples, summary=summary)
-    print(
-        json.dumps(
-            {k: {"on_over_off": v["on_over_off"], "identical": v["identical"]} for k, v in summary.items()}
-        )
-    )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,30 +29,22 @@ from llmflow.observability import ObservedGeneration, ObservedStream, RequestTim
 from llmflow.types import CancelToken, Chunk, FinishReason, Usage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, paired_ratios, spread
+from record import Recording, alternated, paired_ratios, spread
+from stream_timing import stream_record, time_stream
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
-MODES: dict[str, dict[str, Any]] = {
-    "off": {"trace": False},
-    "on": {"trace": True},
-    "timings": {"trace": False, "timings": True},
-}
+MODES: dict[str, dict[str, Any]] = {"off": {"trace": False}, "on": {"trace": True},
+                                    "timings": {"trace": False, "timings": True}}  # fmt: skip
 
 
 def run_stream(model: LlmflowPyfuncModel, max_tokens: int, mode: str) -> tuple[float, float, int]:
     """(ttft_s, decode tokens/s, tokens) as the consumer sees them, `RequestTimings`' formula."""
     model.llm.engine.llama.reset()
     params = {"temperature": 0.0, "max_tokens": max_tokens, **MODES[mode]}
-    start = time.perf_counter()
-    first = None
-    tokens = 0
-    for chunk in model.predict_stream(None, {"prompt": PROMPT}, params=params):
-        if chunk.get("finish_reason"):
-            tokens = chunk["usage"]["completion_tokens"]
-        elif first is None:
-            first = time.perf_counter()
-    end = time.perf_counter()
-    return first - start, (tokens - 1) / (end - first), tokens
+    return time_stream(
+        lambda: model.predict_stream(None, {"prompt": PROMPT}, params=params),
+        lambda chunk: chunk["usage"]["completion_tokens"] if chunk.get("finish_reason") else None,
+    )
 
 
 def wrapper_cost_us(chunks: int, traced: bool) -> float:
@@ -81,7 +74,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=None, help="default: all usable cores")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tracing.json"))
     args = parser.parse_args()
     recording = Recording.begin("tracing")
@@ -94,37 +86,22 @@ def main() -> None:
         mlflow.flush_trace_async_logging()
         summary["traces_recorded"] = len(mlflow.search_traces(locations=[experiment_id], return_type="list"))
     recording.write(args.out, config=config, samples=samples, summary=summary)
-    print(f"on/off {summary['tokens_per_s_ratio_on_off']}, wrapper {summary['wrapper_us_per_chunk']}")
 
 
 def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    options = {} if args.threads is None else {"n_threads": args.threads}
-    llm = LLM.load(engine_options=options)
+    llm = LLM.load()
     model = LlmflowPyfuncModel.from_llm(llm)
     for mode in MODES:  # warm-up: the first trace also starts MLflow's tracer
         run_stream(model, 16, mode)
-    names = list(MODES)
-    results: dict[str, list[tuple[float, float, int]]] = {name: [] for name in names}
-    for i in range(args.runs):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            results[name].append(run_stream(model, args.max_tokens, name))
+    sides = {name: partial(run_stream, model, args.max_tokens, name) for name in MODES}
+    results = alternated(sides, args.runs, warm_up=False)
 
     def rates(name: str) -> list[float]:
         return [r[1] for r in results[name]]
 
-    config = {
-        "model": llm.model_name,
-        "threads": llm.engine.options.n_threads,
-        "max_tokens": args.max_tokens,
-        "runs": args.runs,
-        "prompt": PROMPT,
-    }
-    samples = {
-        name: [{"ttft_s": r[0], "decode_tok_s": r[1], "tokens": r[2]} for r in rs]
-        for name, rs in results.items()
-    }
+    config, samples = stream_record(llm, args, PROMPT, results)
     summary: dict[str, Any] = {}
-    for name in names:
+    for name in MODES:
         summary[f"{name}_tokens_per_s"] = spread(rates(name))
         summary[f"{name}_ttft_ms"] = spread(r[0] * 1000 for r in results[name])
     summary["tokens_per_s_ratio_on_off"] = paired_ratios(rates("on"), rates("off"))  # target >= 0.98

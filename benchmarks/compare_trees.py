@@ -59,9 +59,7 @@ def main() -> None:
     recording = Recording.begin(f"compare_trees:{Path(args.script).stem}")
     trees = [tree.resolve() for tree in args.tree]
     labels = args.label or ["old", "new"]
-    samples: dict[str, dict[str, list[float | None]]] = {
-        label: {f: [] for f in args.figure} for label in labels
-    }
+    samples: dict[str, Any] = {label: {f: [] for f in args.figure} for label in labels}
     commits = {label: _commit(tree) for label, tree in zip(labels, trees, strict=True)}
     with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
@@ -74,7 +72,6 @@ def main() -> None:
     summary = {label: {f: spread(v) for f, v in figures.items()} for label, figures in samples.items()}
     config = {"script": args.script, "args": args.args, "rounds": args.rounds, "trees": commits}
     recording.write(args.out, config=config, samples=samples, summary=summary, hide=[str(t) for t in trees])
-    print(json.dumps(summary, indent=2))
 
 
 def _commit(tree: Path) -> str:

@@ -29,7 +29,7 @@ from serve_process import (
     ServeProcess,
     add_server_arguments,
     busy_sequences,
-    config_of,
+    clients,
     report,
     server_args,
     wait_idle,
@@ -57,13 +57,8 @@ class LoadResult:
 
     @property
     def ok(self) -> bool:
-        return (
-            self.server_errors == 0
-            and self.broken_streams == 0
-            and self.refused_without_retry_after == 0
-            and self.ok_streams > 0
-            and self.busy_sequences_after == 0
-        )
+        clean = self.server_errors == self.broken_streams == self.refused_without_retry_after == 0
+        return clean and self.ok_streams > 0 and self.busy_sequences_after == 0
 
 
 PROMPTS = ("Say hello.", "Name three colours.", "What is 2 + 2?", "Write a haiku.", "Count to five.")
@@ -71,13 +66,9 @@ PROMPTS = ("Say hello.", "Name three colours.", "What is 2 + 2?", "Write a haiku
 
 async def _request(client: httpx.AsyncClient, model: str, max_tokens: int, r: LoadResult) -> float:
     """One streamed chat completion; returns how long to wait before the next one."""
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": random.choice(PROMPTS)}],
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    messages = [{"role": "user", "content": random.choice(PROMPTS)}]
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
     sent = time.perf_counter()
     async with client.stream("POST", "/v1/chat/completions", json=body) as response:
         status = response.status_code
@@ -138,14 +129,7 @@ async def _client(url: str, model: str, args: argparse.Namespace, r: LoadResult,
 def load(url: str, args: argparse.Namespace) -> LoadResult:
     r = LoadResult(clients=args.clients)
     model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    start = time.monotonic()
-
-    async def main() -> None:
-        deadline = start + args.duration
-        await asyncio.gather(*(_client(url, model, args, r, deadline) for _ in range(args.clients)))
-
-    asyncio.run(main())
-    r.seconds = round(time.monotonic() - start, 1)
+    r.seconds = clients(args.clients, lambda deadline: _client(url, model, args, r, deadline), args.duration)
     r.busy_sequences_after = busy_sequences(wait_idle(url))
     if r.ttfts:
         ordered = sorted(r.ttfts)
@@ -176,7 +160,7 @@ def main(argv: list[str] | None = None) -> LoadResult:
     document = {k: v for k, v in asdict(result).items() if k != "ttfts"}
     document["problems"] = document["problems"][:20]
     document["samples"] = {"ttft_s": result.ttfts}
-    report({**document, "ok": result.ok}, args.out, recording, config_of(args))
+    report({**document, "ok": result.ok}, args, recording)
     return result
 
 

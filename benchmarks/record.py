@@ -18,11 +18,13 @@ import platform
 import statistics
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 SCHEMA = "llmflow-bench/1"
 #: the keys that hold raw samples, in this format and the GPU scripts' own: they go to `raw/`
@@ -43,10 +45,7 @@ def spread(values: Iterable[float | None]) -> dict[str, float] | None:
 
 
 def load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 #: paths whose changes leave every measurement as it was
@@ -69,14 +68,11 @@ def git_commit() -> dict[str, Any]:
 def cpu_model() -> str:
     """`lscpu`'s model name (platform.processor() is empty on most Linux machines)."""
     try:
-        done = subprocess.run(["lscpu"], capture_output=True, text=True, check=False)
+        lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines()
     except OSError:
-        return platform.processor() or platform.machine()
-    for line in done.stdout.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "Model name":
-            return value.strip()
-    return platform.processor() or platform.machine()
+        lines = []
+    names = [line.partition(":")[2].strip() for line in lines if line.strip().startswith("Model name:")]
+    return names[0] if names else platform.processor() or platform.machine()
 
 
 def llama_cpp_system_info() -> str | None:
@@ -99,14 +95,10 @@ def package_versions() -> dict[str, str]:
 
 
 def machine() -> dict[str, Any]:
-    return {
-        "cpu_model": cpu_model(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "logical_cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "llama_cpp_system_info": llama_cpp_system_info(),
-        "packages": package_versions(),
-    }
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu_model": cpu_model(), "usable_cores": cores, "logical_cpus": os.cpu_count(),
+            "platform": platform.platform(), "llama_cpp_system_info": llama_cpp_system_info(),
+            "packages": package_versions()}  # fmt: skip
 
 
 def command_line(argv: list[str] | None = None) -> str:
@@ -142,42 +134,22 @@ class Recording:
 
     @classmethod
     def begin(cls, benchmark: str, quick: bool = False) -> Recording:
-        return cls(
-            benchmark=benchmark,
-            command=command_line(),
-            started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            load_1m_start=load_average(),
-            quick=quick or os.environ.get("LLMFLOW_BENCH_QUICK") == "1",
-        )
+        started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        quick = quick or os.environ.get("LLMFLOW_BENCH_QUICK") == "1"
+        return cls(benchmark, command_line(), started_at, load_average(), quick)
 
     def document(self, config: dict[str, Any], samples: Any, summary: dict[str, Any]) -> dict[str, Any]:
         info = machine()
         info["load_1m_start"] = self.load_1m_start
         info["load_1m_end"] = load_average()
-        return {
-            "schema": SCHEMA,
-            "benchmark": self.benchmark,
-            "command": self.command,
-            "quick": self.quick,
-            "commit": self.commit,
-            "started_at": self.started_at,
-            "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "machine": info,
-            "config": config,
-            "summary": summary,
-            "notes": self.notes,
-            "samples": samples,
-        }
+        finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        return {"schema": SCHEMA, "benchmark": self.benchmark, "command": self.command, "quick": self.quick,
+                "commit": self.commit, "started_at": self.started_at, "finished_at": finished_at,
+                "machine": info, "config": config, "summary": summary, "notes": self.notes,
+                "samples": samples}  # fmt: skip
 
-    def write(
-        self,
-        out: Path,
-        *,
-        config: dict[str, Any],
-        samples: Any,
-        summary: dict[str, Any],
-        hide: Iterable[str] = (),
-    ) -> dict[str, Any]:
+    def write(self, out: Path, *, config: dict[str, Any], samples: Any, summary: dict[str, Any],
+              hide: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
         """Write the result file and its samples (`write_split`); every string in `hide` (a local
         model path) becomes its file name. Returns the result file's document."""
         text = json.dumps(self.document(config, samples, summary), indent=2, default=str)
@@ -218,6 +190,33 @@ def write_split(out: Path, document: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def bench_figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """What server comparisons read from the summary of a `llmflow bench` level."""
+    ttft, itl = summary["ttft_s"], summary["itl_s"]
+    return {"output_tok_s": summary["output_throughput"], "ttft_p50_s": ttft["median"],
+            "ttft_p99_s": ttft["p99"],
+            "itl_p50_s": itl["median"], "itl_p99_s": itl["p99"]}  # fmt: skip
+
+
 def paired_ratios(numerators: Iterable[float | None], denominators: Iterable[float | None]) -> dict | None:
     """The ratio of two sides measured in the same rounds, round by round: median and min-max."""
     return spread(a / b if a and b else None for a, b in zip(numerators, denominators, strict=True))
+
+
+def rotated(names: list[str], i: int) -> list[str]:
+    """`names` from the `i`-th on, wrapping round: which side goes first rotates round by round."""
+    k = i % len(names)
+    return names[k:] + names[:k]
+
+
+def alternated(sides: dict[str, Callable[[], T]], rounds: int, warm_up: bool = True) -> dict[str, list[T]]:
+    """Every side's result in each of `rounds` rounds, the first side rotating (`rotated`), after
+    one warm-up run each (imports, caches, thread teams)."""
+    names = list(sides)
+    for name in names if warm_up else ():
+        sides[name]()
+    results: dict[str, list[T]] = {name: [] for name in names}
+    for i in range(rounds):
+        for name in rotated(names, i):
+            results[name].append(sides[name]())
+    return results

@@ -35,18 +35,15 @@ def med(s: dict | None, digits: int = 1, scale: float = 1.0) -> str:
     """A spread as `median (min-max)`; one value: just the value."""
     if not s:
         return "-"
-    if s.get("n", 1) == 1 or s["min"] == s["max"]:
-        return num(s["median"], digits, scale)
+    median = num(s["median"], digits, scale)
+    one = s.get("n", 1) == 1 or s["min"] == s["max"]
+    return median if one else f"{median} ({num(s['min'], digits, scale)}-{num(s['max'], digits, scale)})"
+
+
+def target(value: float | None, goal: float) -> str:
     return (
-        f"{num(s['median'], digits, scale)} ({num(s['min'], digits, scale)}-{num(s['max'], digits, scale)})"
+        "-" if value is None else f"{num(value, 2)} (target ≥ {goal}: {'met' if value >= goal else 'missed'})"
     )
-
-
-def target(value: float | None, goal: float, above: bool = True) -> str:
-    if value is None:
-        return "-"
-    met = value >= goal if above else value <= goal
-    return f"{num(value, 2)} (target {'≥' if above else '≤'} {goal}: {'met' if met else 'missed'})"
 
 
 def plural(n: int, word: str) -> str:
@@ -182,13 +179,10 @@ def speculation(d: Result) -> str:
 
 def lora(d: Result) -> str:
     s, c = d["summary"], d["config"]
-    rows = [
-        ["no adapter", med(s["base_tok_s"])],
-        ["all requests on adapter a", med(s["one_tok_s"])],
-        ["half on a, half on b (they alternate)", med(s["two_tok_s"])],
-        ["**two adapters / one, round by round**", f"**{med(s['tok_s_ratio_two_one'], 2)}**"],
-        ["one adapter / none, round by round", med(s["tok_s_ratio_one_base"], 2)],
-    ]
+    rows = [["no adapter", med(s["base_tok_s"])], ["all requests on adapter a", med(s["one_tok_s"])],
+            ["half on a, half on b (they alternate)", med(s["two_tok_s"])],
+            ["**two adapters / one, round by round**", f"**{med(s['tok_s_ratio_two_one'], 2)}**"],
+            ["one adapter / none, round by round", med(s["tok_s_ratio_one_base"], 2)]]  # fmt: skip
     return (
         f"{c['model']} on `{c['engine']}`, {c['streams']} concurrent greedy requests of {c['max_tokens']} "
         f"tokens, {plural(c['rounds'], 'round')} (modes rotated); output tok/s, median (min-max).\n\n"
@@ -395,24 +389,19 @@ def sessions_identity(d: Result) -> str:
 GPU_RUN = "on the GPU machine, `benchmarks/gpu/run_h200.sh {}`"
 PARTS: dict[str, Part] = {
     **{name: Part(name, render) for name, render in {
-        "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load,
-        "http": http, "batching": batching, "constraints": constraints, "peers": peers,
-        "speculation": speculation, "lora": lora,
+        "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "batching": batching,
+        "constraints": constraints, "peers": peers, "speculation": speculation, "lora": lora,
         "sessions": sessions, "soak": checks, "load": checks,
     }.items()},
     "gpu-sessions": Part("sessions_h200", sessions, GPU_RUN.format("sessions")),
     "gpu-llama-cpp": Part("llama_cpp_gpu_h200_run12", gpu_servers, GPU_RUN.format("bench")),
     "gpu-llama-cpp-switch": Part("llama_cpp_gpu_h200_run11", gpu_servers, GPU_RUN.format("bench")),
     "readme-batching": Part("batching", readme_batching, inline=True),
-    "readme-tracing": Part(
-        "tracing",
-        lambda d: f"about {med(d['summary']['wrapper_us_per_chunk']['traced'], 1)} µs per chunk",
-        inline=True,
-    ),
+    "readme-tracing": Part("tracing", lambda d: "about " + med(d["summary"]["wrapper_us_per_chunk"]["traced"])
+                           + " µs per chunk", inline=True),
     "readme-engine": Part("engine", lambda d: med(d["summary"]["tokens_per_s_ratio"], 2), inline=True),
-    "readme-http": Part(
-        "http", lambda d: med(d["summary"]["ratios"]["http_over_in_process_tok_s"], 2), inline=True
-    ),
+    "readme-http": Part("http", lambda d: med(d["summary"]["ratios"]["http_over_in_process_tok_s"], 2),
+                        inline=True),
     "readme-gpu": Part("llama_cpp_gpu_h200_run12", readme_gpu, GPU_RUN.format("bench"), inline=True),
     "sessions-identity": Part("sessions", sessions_identity, inline=True),
 }  # fmt: skip

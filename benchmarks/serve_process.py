@@ -4,6 +4,7 @@ server runs apart from the clients, so its memory (RSS) and signals are its own.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -36,16 +37,24 @@ def server_args(args: argparse.Namespace, max_queue: int) -> list[str]:
     return ["--max-queue", str(max_queue), *model, *engine]
 
 
-def report(document: dict, out: Path | None, recording: Recording, config: dict) -> None:
-    """Print a script's result as JSON, and write it to `out` too (with the machine and commit)."""
+def report(document: dict, args: argparse.Namespace, recording: Recording) -> None:
+    """Print a script's result as JSON, and write it to `--out` too (with the machine and commit;
+    its config: the script's options but the output path)."""
     print(json.dumps(document, indent=2))
-    if out:
-        recording.write(out, config=config, samples=document.pop("samples", None), summary=document)
+    if args.out:
+        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
+        recording.write(args.out, config=config, samples=document.pop("samples", None), summary=document)
 
 
-def config_of(args: argparse.Namespace) -> dict:
-    """A script's options as its result's config, without the output path."""
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
+def clients(count: int, client: Callable[[float], Awaitable[None]], duration_s: float) -> float:
+    """Run `count` copies of `client(deadline)` on one event loop until all return; the seconds taken."""
+    start = time.monotonic()
+
+    async def main() -> None:
+        await asyncio.gather(*(client(start + duration_s) for _ in range(count)))
+
+    asyncio.run(main())
+    return round(time.monotonic() - start, 1)
 
 
 def free_port() -> int:
@@ -73,12 +82,8 @@ def wait_idle(url: str, timeout_s: float = 60) -> str:
     deadline = time.monotonic() + timeout_s
     while True:
         text = httpx.get(f"{url}/metrics", timeout=30).text
-        idle = (
-            metric(text, "llmflow_num_requests_running") == 0
-            and metric(text, "llmflow_num_requests_waiting") == 0
-            and busy_sequences(text) == 0
-        )
-        if idle or time.monotonic() > deadline:
+        running = metric(text, "llmflow_num_requests_running") + metric(text, "llmflow_num_requests_waiting")
+        if running + busy_sequences(text) == 0 or time.monotonic() > deadline:
             return text
         time.sleep(0.05)
 
@@ -98,17 +103,8 @@ class ServeProcess:
     ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [
-            sys.executable,
-            "-m",
-            "llmflow",
-            "serve",
-            "--port",
-            str(self.port),
-            "--log-level",
-            "warning",
-        ]
-        self.args += list(args)
+        self.args = [sys.executable, "-m", "llmflow", "serve", "--port", str(self.port),
+                     "--log-level", "warning", *args]  # fmt: skip
         self.env = {**os.environ, **(env or {})}
         self.start_timeout_s = start_timeout_s
         self.process: subprocess.Popen[str] | None = None

@@ -42,7 +42,7 @@ from serve_process import (
     ServeProcess,
     add_server_arguments,
     busy_sequences,
-    config_of,
+    clients,
     metric,
     report,
     server_args,
@@ -75,14 +75,13 @@ class SoakResult:
 
     @property
     def ok(self) -> bool:
+        idle = self.running_after == self.waiting_after == self.busy_sequences_after == 0
         return (
             not self.errors
-            and self.running_after == 0
-            and self.waiting_after == 0
-            and self.busy_sequences_after == 0
+            and idle
             and self.rss_growth < RSS_LIMIT
             and self.answers_after
-            and self.tokens_after_cut_per_cut <= 2.0
+            and (self.tokens_after_cut_per_cut <= 2.0)
         )
 
 
@@ -101,13 +100,8 @@ async def _one_stream(
         if cut == "prefill"
         else f"Tell a story about the number {random.randrange(1000)}."
     )
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
     cut_after = random.randint(1, max_tokens - 1)
     received = 0
 
@@ -163,12 +157,8 @@ async def _client(
 
 
 def _generated(text: str) -> float:
-    engine = metric(text, "llmflow_engine_generated_tokens")
-    return (
-        engine
-        if "llmflow_engine_generated_tokens" in text
-        else metric(text, "llmflow_generation_tokens_total")
-    )
+    name = "llmflow_engine_generated_tokens"
+    return metric(text, name if name in text else "llmflow_generation_tokens_total")
 
 
 def _rss_mb(pid: int) -> float:
@@ -178,10 +168,7 @@ def _rss_mb(pid: int) -> float:
 def _normal_answer(url: str, model: str, max_tokens: int = 8) -> bool:
     body = {"model": model, "prompt": "Hello", "max_tokens": max_tokens}
     response = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
-    return response.status_code == 200 and response.json()["choices"][0]["finish_reason"] in (
-        "stop",
-        "length",
-    )
+    return response.is_success and response.json()["choices"][0]["finish_reason"] in ("stop", "length")
 
 
 def soak(url: str, pid: int, args: argparse.Namespace) -> SoakResult:
@@ -200,14 +187,9 @@ def soak(url: str, pid: int, args: argparse.Namespace) -> SoakResult:
     weights = [args.prefill_share, (1 - args.prefill_share) / 3, 2 * (1 - args.prefill_share) / 3]
     for cut in random.choices(CUTS, weights=weights, k=args.streams):
         cuts.put_nowait(cut)
-    start = time.monotonic()
-
-    async def main() -> None:
-        deadline = start + args.time_limit
-        await asyncio.gather(*(_client(url, model, cuts, args, r, deadline) for _ in range(args.clients)))
-
-    asyncio.run(main())
-    r.seconds = round(time.monotonic() - start, 1)
+    r.seconds = clients(
+        args.clients, lambda until: _client(url, model, cuts, args, r, until), args.time_limit
+    )
     after = wait_idle(url)
     r.running_after = metric(after, "llmflow_num_requests_running")
     r.waiting_after = metric(after, "llmflow_num_requests_waiting")
@@ -228,9 +210,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--prefill-words", type=int, default=600, help="words in the long prompt of prefill cuts")
     p.add_argument("--prefill-share", type=float, default=0.2, help="share of streams cut during prefill")
-    p.add_argument(
-        "--time-limit", type=float, default=900, help="no new stream starts after this many seconds"
-    )
+    p.add_argument("--time-limit", type=float, default=900, help="no new stream starts after this (s)")
     p.add_argument("--warmup", type=int, default=5)
     add_server_arguments(p)
     return p.parse_args(argv)
@@ -242,7 +222,7 @@ def main(argv: list[str] | None = None) -> SoakResult:
     random.seed(args.seed)
     with ServeProcess(server_args(args, args.clients * 2)) as server:
         result = soak(server.url, server.pid, args)
-    report({**asdict(result), "ok": result.ok}, args.out, recording, config_of(args))
+    report({**asdict(result), "ok": result.ok}, args, recording)
     return result
 
 

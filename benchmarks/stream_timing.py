@@ -1,22 +1,82 @@
-"""The one-stream timing every in-process benchmark takes of `LLM.stream(..., raw=True)`."""
+"""The timings every in-process benchmark takes: one stream read to its end (`time_stream`), and
+several generations started together (`at_once`)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 
-def time_stream(start_stream: Callable[[], Iterable[Any]]) -> tuple[float, float, int]:
-    """Start a raw chunk stream and read it to the end: (TTFT in s, decode tokens/s after the
-    first token, tokens generated as the final chunk's usage counts them)."""
+def time_stream(
+    start_stream: Callable[[], Iterable[Any]], final_tokens: Callable[[Any], int | None] | None = None
+) -> tuple[float, float, int]:
+    """Start a chunk stream and read it to the end: (TTFT in s, decode tokens/s after the first
+    token, tokens generated as the final chunk's usage counts them). `final_tokens`: a chunk's
+    token count when it is the final one, else None (default: llmflow's `Chunk`)."""
+    final_tokens = final_tokens or (lambda chunk: chunk.usage.completion_tokens if chunk.is_final else None)
     start = time.perf_counter()
     first = None
     tokens = 0
     for chunk in start_stream():
-        if chunk.is_final:
-            tokens = chunk.usage.completion_tokens
+        counted = final_tokens(chunk)
+        if counted is not None:
+            tokens = counted
         elif first is None:
             first = time.perf_counter()
     end = time.perf_counter()
     return first - start, (tokens - 1) / (end - first), tokens
+
+
+def decode_speed(chunks: Iterable[Any]) -> tuple[float, int, str]:
+    """(decode tokens/s from the first token to the last, tokens as the final chunk counts them,
+    text) of one stream of llmflow chunks."""
+    first = last = None
+    tokens, pieces = 0, []
+    for chunk in chunks:
+        now = time.perf_counter()
+        if chunk.is_final:
+            tokens = chunk.usage.completion_tokens
+        else:
+            pieces.append(chunk.text)
+            first = first or now
+            last = now
+    return (
+        ((tokens - 1) / (last - first) if first and last and last > first else 0.0),
+        tokens,
+        "".join(pieces),
+    )
+
+
+def at_once(count: int, run: Callable[[int], Any]) -> tuple[float, list[Any]]:
+    """`run(0)` ... `run(count - 1)` in threads released together: (wall seconds from the release
+    until all have returned, their results)."""
+    results: list[Any] = [None] * count
+    barrier = threading.Barrier(count + 1)
+
+    def one(i: int) -> None:
+        barrier.wait()
+        results[i] = run(i)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start, results
+
+
+def stream_record(
+    llm: Any, args: Any, prompt: str, results: dict[str, list[tuple[float, float, int]]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The config and samples of a result made of `time_stream` runs, side by side."""
+    config = {"model": llm.model_name, "threads": llm.engine.options.n_threads, "max_tokens": args.max_tokens,
+              "runs": args.runs, "prompt": prompt}  # fmt: skip
+    samples = {
+        name: [{"ttft_s": r[0], "decode_tok_s": r[1], "tokens": r[2]} for r in rs]
+        for name, rs in results.items()
+    }
+    return config, samples

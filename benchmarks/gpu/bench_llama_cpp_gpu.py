@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -38,8 +38,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from record import write_split  # noqa: E402
+from record import bench_figures, write_split  # noqa: E402
 from serve_process import free_port, started  # noqa: E402
+from stream_timing import at_once  # noqa: E402
 
 from llmflow.bench import BenchOptions, run_bench  # noqa: E402
 from llmflow.bench.driver import parse_list  # noqa: E402
@@ -78,21 +79,13 @@ class Run:
 
 
 def machine() -> dict[str, Any]:
-    gpu = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+             "--format=csv,noheader"]  # fmt: skip
+    gpu = subprocess.run(query, capture_output=True, text=True, check=False).stdout.strip()
     import llama_cpp
 
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpus": len(__import__("os").sched_getaffinity(0)),
-        "gpu": gpu,
-        "llama_cpp_python": llama_cpp.__version__,
-    }
+    return {"platform": platform.platform(), "python": platform.python_version(), "gpu": gpu,
+            "cpus": len(os.sched_getaffinity(0)), "llama_cpp_python": llama_cpp.__version__}  # fmt: skip
 
 
 # -- llama-batched-bench ---------------------------------------------------------------------
@@ -171,17 +164,10 @@ def _variants(server: str, specs: list[str]) -> dict[str, list[str]]:
 
 def bench_level(args: argparse.Namespace, url: str, concurrency: int) -> dict[str, Any]:
     """One level of `llmflow bench`, output tokens re-tokenized (every server counted alike)."""
-    document = run_bench(
-        BenchOptions(
-            url=url,
-            concurrency=(concurrency,),
-            requests=max(args.min_requests, args.waves * concurrency),
-            prompt_tokens=args.prompt_tokens,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
-            tokenizer=str(args.tokenizer),
-        )
-    )
+    requests = max(args.min_requests, args.waves * concurrency)
+    document = run_bench(BenchOptions(url=url, concurrency=(concurrency,), requests=requests, seed=args.seed,
+                                      prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+                                      tokenizer=str(args.tokenizer)))  # fmt: skip
     if document["aborted"]:
         raise SystemExit(f"{url}: {document['aborted']}")
     return document
@@ -236,23 +222,18 @@ def _server_rows(by_level: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
         summary = median["levels"][0]["summary"]
         throughputs = [d["levels"][0]["summary"]["output_throughput"] for d in documents]
         rows[str(concurrency)] = {
-            "output_tok_s": summary["output_throughput"],
+            **bench_figures(summary),
             "output_tok_s_rounds": throughputs,
             "output_tok_s_min_max": [min(throughputs), max(throughputs)],
-            "ttft_p50_s": summary["ttft_s"]["median"],
-            "ttft_p99_s": summary["ttft_s"]["p99"],
-            "itl_p50_s": summary["itl_s"]["median"],
-            "itl_p99_s": summary["itl_s"]["p99"],
             "summary_of_median_round": summary,
             "summaries_of_rounds": [d["levels"][0]["summary"] for d in documents],
-            "requests_of_median_round": [_sample(r) for r in median["levels"][0]["requests"]],
+            # a request's raw numbers, without its per-token arrays (they would make the file huge)
+            "requests_of_median_round": [
+                {k: v for k, v in r.items() if not isinstance(v, list)}
+                for r in median["levels"][0]["requests"]
+            ],
         }
     return rows
-
-
-def _sample(record: dict[str, Any]) -> dict[str, Any]:
-    """A request's raw numbers, without its per-token arrays (they would make the file huge)."""
-    return {k: v for k, v in record.items() if not isinstance(v, list)}
 
 
 # -- the engine in this process ------------------------------------------------------------------
@@ -271,25 +252,14 @@ def in_process(run: Run, label: str, model: Path) -> dict[str, Any]:
     engine = LlamaCppBatchedEngine.load(model, **options)
     rng = random.Random(args.seed)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    counts: list[int] = []
 
-    def one(prompt: list[int]) -> None:
-        counts.append(sum(1 for _ in engine.generate(prompt, params, CancelToken())))
+    def one(_: int) -> int:
+        prompt = [rng.randrange(300, engine.n_vocab - 300) for _ in range(args.prompt_tokens)]
+        return sum(1 for _ in engine.generate(prompt, params, CancelToken()))
 
     try:
         for attempt in ("warm-up", "measured"):
-            counts.clear()
-            prompts = [
-                [rng.randrange(300, engine.n_vocab - 300) for _ in range(args.prompt_tokens)]
-                for _ in range(parallel)
-            ]
-            threads = [threading.Thread(target=one, args=(p,)) for p in prompts]
-            start = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            wall = time.perf_counter() - start
+            wall, counts = at_once(parallel, one)
             run.log(f"{label} in process ({attempt}): {sum(counts) / wall:.0f} tok/s")
     finally:
         engine.close()
@@ -363,7 +333,6 @@ def main() -> None:
                 "streams": batched_bench(args, model, unified=False),
                 "unified": batched_bench(args, model, unified=True),
             }
-            run.log(f"{label} batched-bench: {_brief(entry['batched_bench'])}")
             run.save()
         if "servers" not in args.skip:
             entry.update(serve_and_bench(run, label, model))
@@ -371,21 +340,6 @@ def main() -> None:
         if "split" not in args.skip:
             entry["in_process"] = in_process(run, label, model)
             run.save()
-    _table(run.doc)
-
-
-def _brief(bench: dict[str, Any]) -> str:
-    return "; ".join(f"{k}: {v.get('decode_tok_s', v.get('error', '?'))}" for k, v in bench.items())
-
-
-def _table(doc: dict[str, Any]) -> None:
-    """Each server's output tok/s per model and concurrency, and the engine in process."""
-    for label, entry in doc["models"].items():
-        for name, rows in entry.get("servers", {}).items():
-            speeds = ", ".join(f"c={level} {row['output_tok_s']:.0f}" for level, row in rows.items())
-            print(f"{label} {name}: {speeds} tok/s")
-        if "in_process" in entry:
-            print(f"{label} in process: {entry['in_process']['generated_tok_s']:.0f} tok/s")
 
 
 if __name__ == "__main__":

@@ -26,29 +26,13 @@ from typing import Any
 
 #: Llama 3 8B's shape with SmolLM2's 49,152-token vocabulary; SmolLM2-135M's own shape
 SHAPES: dict[str, dict[str, Any]] = {
-    "llama3-8b": {
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "max_position_embeddings": 8192,
-        "rope_theta": 500000.0,
-        "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": False,
-    },
-    "smollm2-135m": {
-        "hidden_size": 576,
-        "intermediate_size": 1536,
-        "num_hidden_layers": 30,
-        "num_attention_heads": 9,
-        "num_key_value_heads": 3,
-        "max_position_embeddings": 8192,
-        "rope_theta": 100000.0,
-        "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": True,
-    },
-}
+    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, rope_theta=500000.0, tie_word_embeddings=False),
+    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, rope_theta=100000.0, tie_word_embeddings=True),
+}  # fmt: skip
+#: what both shapes share
+COMMON = {"max_position_embeddings": 8192, "rms_norm_eps": 1e-5}
 
 
 def _gguf_module(llama_cpp_src: Path) -> Any:
@@ -70,9 +54,8 @@ def extract_tokenizer(llama_cpp_src: Path, out: Path, model: Path | None) -> Non
             continue
         main = field.types[0]
         sub = field.types[-1] if main == gguf.GGUFValueType.ARRAY else None
-        entries.append(
-            {"key": field.name, "type": main.name, "sub_type": sub and sub.name, "value": field.contents()}
-        )
+        entries.append({"key": field.name, "type": main.name, "sub_type": sub and sub.name,
+                        "value": field.contents()})  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(entries))
     print(f"{len(entries)} tokenizer keys -> {out}")
@@ -83,7 +66,7 @@ def random_hf_model(shape: str, vocab_size: int, bos: int, eos: int, out: Path, 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(**SHAPES[shape], vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos)
+    config = LlamaConfig(**SHAPES[shape], **COMMON, vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos)
     torch.manual_seed(seed)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)

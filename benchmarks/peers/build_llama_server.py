@@ -25,19 +25,10 @@ from pathlib import Path
 DEFAULT_CACHE = Path(os.environ.get("LLMFLOW_PEERS_CACHE", Path.home() / ".cache" / "llmflow-peers"))
 # A server build with no network at build or run time: no prebuilt web UI download, no HTTPS client.
 CMAKE_OPTIONS = [
-    "-DCMAKE_BUILD_TYPE=Release",
-    "-DBUILD_SHARED_LIBS=OFF",
-    "-DLLAMA_BUILD_SERVER=ON",
-    "-DLLAMA_BUILD_TOOLS=ON",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_APP=OFF",
-    "-DLLAMA_BUILD_UI=OFF",
-    "-DLLAMA_USE_PREBUILT_UI=OFF",
-    "-DLLAMA_OPENSSL=OFF",
-]
-
-
+    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
+]  # fmt: skip
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build_llama_cpp.py"
 
@@ -118,12 +109,8 @@ def ensure_llama_server(sdist: Path | None, cache: Path = DEFAULT_CACHE, jobs: i
     build_dir = cache / "build" / sdist.name.removesuffix(".tar.gz")
     binary = build_dir / "bin" / "llama-server"
     stamp = build_dir / "llmflow-stamp.json"
-    wanted = {
-        "sdist": sdist.name,
-        "size": sdist.stat().st_size,
-        "cmake": [*CMAKE_OPTIONS, *extra_cmake_options()],
-        "targets": list(TARGETS),
-    }
+    cmake = [*CMAKE_OPTIONS, *extra_cmake_options()]
+    wanted = {"sdist": sdist.name, "size": sdist.stat().st_size, "cmake": cmake, "targets": list(TARGETS)}
     if binary.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == wanted:
         return binary
     source = llama_cpp_source(sdist, cache)

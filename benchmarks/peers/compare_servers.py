@@ -31,7 +31,6 @@ import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +41,6 @@ from llmflow.bench import BenchOptions, run_bench
 from llmflow.bench.driver import parse_list
 from llmflow.engines.llama_cpp import usable_cores
 from llmflow.model_files import default_model_path
-
-SERVERS = ("llmflow", "llama-server", "example-server", "llama_cpp.server")
 
 
 @dataclass(frozen=True)
@@ -101,27 +98,14 @@ def llama_server_command(setup: Setup, port: int) -> list[str]:
 
 def example_server_command(setup: Setup, port: int) -> list[str]:
     assert setup.example_server is not None
-    config = {
-        "server": {"host": "127.0.0.1", "port": port},
-        "model": {
-            "path": str(setup.model),
-            "alias": setup.model.stem,
-            "n_ctx": setup.n_ctx * setup.parallel,
-            "n_seq_max": setup.parallel,
-            "threads": setup.threads,
-            "threads_batch": setup.threads,
-        },
-    }
+    model = {"path": str(setup.model), "alias": setup.model.stem, "n_ctx": setup.n_ctx * setup.parallel,
+             "n_seq_max": setup.parallel, "threads": setup.threads,
+             "threads_batch": setup.threads}  # fmt: skip
+    config = {"server": {"host": "127.0.0.1", "port": port}, "model": model}
     path = setup.logs / "example-server.json"
     path.write_text(json.dumps(config))
-    return [
-        sys.executable,
-        "-m",
-        "benchmarks.peers.example_server",
-        str(setup.example_server),
-        "-C",
-        str(path),
-    ]
+    return [sys.executable, "-m", "benchmarks.peers.example_server", str(setup.example_server),
+            "-C", str(path)]  # fmt: skip
 
 
 def llama_cpp_server_command(setup: Setup, port: int) -> list[str]:
@@ -162,15 +146,10 @@ def shared_prefix_dataset(path: Path, requests: int, system_words: int, seed: in
 
 
 def workloads(args: argparse.Namespace, model: Path) -> list[Workload]:
-    base = BenchOptions(
-        url="",
-        prompt_tokens=args.prompt_tokens,
-        max_tokens=args.max_tokens,
-        requests=args.requests,
-        seed=args.seed,
-        tokenizer=str(model),
-        request_usage=False,  # count every server's tokens the same way
-    )
+    # request_usage off: every server's tokens counted the same way
+    base = BenchOptions(url="", prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+                        requests=args.requests, seed=args.seed, tokenizer=str(model),
+                        request_usage=False)  # fmt: skip
     found = [
         Workload(f"c={c}", replace(base, concurrency=(c,), requests=args.requests or max(4, args.waves * c)))
         for c in args.concurrency
@@ -202,34 +181,22 @@ def run_one(url: str, options: BenchOptions) -> dict[str, Any]:
     return document
 
 
-def level_summary(document: dict[str, Any]) -> dict[str, Any]:
-    levels = document["levels"]
-    return levels[0]["summary"] if levels else {}
-
-
 def summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     """Per workload and server: median and min-max over rounds of each round's figures."""
 
     def pick(summary: dict[str, Any], key: str, stat: str | None) -> float | None:
         value = summary.get(key)
-        if stat is None:
-            return value
-        return value.get(stat) if value else None
+        return value if stat is None else value.get(stat) if value else None
 
-    figures = {
-        "output_tok_s": ("output_throughput", None),
-        "ttft_p50_s": ("ttft_s", "median"),
-        "ttft_p99_s": ("ttft_s", "p99"),
-        "itl_p50_s": ("itl_s", "median"),
-        "itl_p99_s": ("itl_s", "p99"),
-        "tpot_p50_s": ("tpot_s", "median"),
-        "e2e_p50_s": ("e2e_s", "median"),
-    }
+    figures = {"output_tok_s": ("output_throughput", None), "ttft_p50_s": ("ttft_s", "median"),
+               "ttft_p99_s": ("ttft_s", "p99"), "itl_p50_s": ("itl_s", "median"),
+               "itl_p99_s": ("itl_s", "p99"), "tpot_p50_s": ("tpot_s", "median"),
+               "e2e_p50_s": ("e2e_s", "median")}  # fmt: skip
     result: dict[str, Any] = {}
     for key, by_server in samples.items():
         result[key] = {}
         for server, documents in by_server.items():
-            summaries = [level_summary(d) for d in documents]
+            summaries = [d["levels"][0]["summary"] if d["levels"] else {} for d in documents]
             row = {name: spread(pick(s, k, stat) for s in summaries) for name, (k, stat) in figures.items()}
             row["failed"] = sum(s.get("failed", 0) for s in summaries)
             row["resent"] = sum(s.get("resent", 0) for s in summaries)
@@ -257,14 +224,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--skip", action="append", default=[], choices=SERVERS, help="leave this server out")
-    parser.add_argument(
-        "--llmflow-variant",
-        action="append",
-        default=[],
-        type=llmflow_variant,
-        help="LABEL:KEY=VALUE[,...]: one more llmflow server with these engine options",
-    )
     parser.add_argument("--example-server", type=Path, default=None, help="examples/server/server.py")
     parser.add_argument("--llama-server", type=Path, default=None, help="a built llama-server binary")
     parser.add_argument(
@@ -288,39 +247,14 @@ def build_of(binary: Path | None) -> dict[str, Any] | None:
     return json.loads(stamp.read_text()) if stamp.is_file() else None
 
 
-def llmflow_variant(spec: str) -> tuple[str, dict[str, str]]:
-    """`LABEL:KEY=VALUE[,KEY=VALUE]`: one more llmflow server with these engine options."""
-    label, _, options = spec.partition(":")
-    pairs = [item.partition("=") for item in options.split(",") if item]
-    if not label or not pairs or any(not key or not sep for key, sep, _ in pairs):
-        raise SystemExit(f"--llmflow-variant {spec!r}: expected LABEL:KEY=VALUE[,KEY=VALUE]")
-    return f"llmflow {label}", {key: value for key, _, value in pairs}
-
-
-def servers_to_run(
-    args: argparse.Namespace, recording: Recording
-) -> dict[str, Callable[[Setup, int], list[str]]]:
-    """Each server of this run and how to start it, llmflow's variants right after llmflow."""
-    servers = {n: COMMANDS[n] for n in SERVERS if n not in args.skip}
-    if "example-server" in servers and args.example_server is None:
-        del servers["example-server"]
-        recording.notes.append("example-server not run: no --example-server path given")
-    variants = {name: partial(llmflow_command, **options) for name, options in args.llmflow_variant}
-    names = list(servers)
-    at = names.index("llmflow") + 1 if "llmflow" in names else 0
-    names[at:at] = variants
-    return {name: servers.get(name) or variants[name] for name in names}
-
-
 def main() -> None:
     args = parse_args()
     recording = Recording.begin("peers", quick=args.quick)
     model = (args.model or default_model_path()).resolve()
-    servers = servers_to_run(args, recording)
-    names = list(servers)
-    llama_server = None
-    if "llama-server" in names:
-        llama_server = args.llama_server or ensure_llama_server(args.sdist, args.cache_dir)
+    names = [n for n in COMMANDS if n != "example-server" or args.example_server]
+    if args.example_server is None:
+        recording.notes.append("example-server not run: no --example-server path given")
+    llama_server = args.llama_server or ensure_llama_server(args.sdist, args.cache_dir)
     with ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         setup = Setup(
@@ -330,7 +264,7 @@ def main() -> None:
         urls = {}
         for name in names:
             port = free_port()
-            urls[name] = stack.enter_context(started(name, servers[name](setup, port), port, logs))
+            urls[name] = stack.enter_context(started(name, COMMANDS[name](setup, port), port, logs))
         plan = workloads(args, model)
         samples: dict[str, dict[str, list[dict[str, Any]]]] = {w.key: {n: [] for n in names} for w in plan}
         for r in range(args.rounds):
@@ -339,26 +273,13 @@ def main() -> None:
                 for name in names[shift:] + names[:shift]:
                     print(f"round {r + 1}/{args.rounds} · {workload.key} · {name}", file=sys.stderr)
                     samples[workload.key][name].append(run_one(urls[name], workload.for_round(r, logs)))
-    config = {
-        "model": model.name,
-        "threads": args.threads,
-        "parallel": args.parallel,
-        "n_ctx_per_sequence": args.n_ctx,
-        "servers": names,
-        "llama_server_args": args.llama_server_args,
-        "llmflow_variants": {name: options for name, options in args.llmflow_variant},
-        "llama_server_build": build_of(llama_server),
-        "workloads": [w.key for w in plan],
-        "prompt_tokens": args.prompt_tokens,
-        "max_tokens": args.max_tokens,
-        "prefix_words": args.prefix_words,
-        "rounds": args.rounds,
-        "requests": args.requests,
-        "waves": args.waves,
-        "rate_requests": args.rate_requests,
-        "seed": args.seed,
-        "seeds": "the seed plus the round's index: new prompts in every round",
-    }
+    config = {"model": model.name, "threads": args.threads, "parallel": args.parallel,
+              "n_ctx_per_sequence": args.n_ctx, "servers": names, "llama_server_args": args.llama_server_args,
+              "llama_server_build": build_of(llama_server), "workloads": [w.key for w in plan],
+              "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
+              "prefix_words": args.prefix_words, "rounds": args.rounds, "requests": args.requests,
+              "waves": args.waves, "rate_requests": args.rate_requests, "seed": args.seed,
+              "seeds": "the seed plus the round's index: new prompts in every round"}  # fmt: skip
     recording.write(args.out, config=config, samples=samples, summary=summarize(samples), hide=[model, logs])
 
 
