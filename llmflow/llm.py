@@ -8,6 +8,7 @@ for chunk in llm.stream("Hello!", {"max_tokens": 32}):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,7 +40,16 @@ from llmflow.registry_prompts import (
 )
 from llmflow.streaming import stream_chunks
 from llmflow.streaming.reasoning import ReasoningSplitter, opens_thinking
-from llmflow.types import CancelToken, Chunk, Completion, Message, PromptReuse, TokenLogprob, current_cancel
+from llmflow.types import (
+    CancelToken,
+    Chunk,
+    Completion,
+    Image,
+    Message,
+    PromptReuse,
+    TokenLogprob,
+    current_cancel,
+)
 
 #: "parsed": a reasoning model's thinking apart from its answer; "none": as the model wrote it
 ReasoningFormat = Literal["parsed", "none"]
@@ -182,7 +192,7 @@ class LLM:
         """The prompt text the model will continue; `template_vars` and `tools` (OpenAI's
         function tool objects) reach a chat template."""
         system = None if raw else self.system_prompt_for(system_prompt)[0]
-        return self._render(prompt, system, raw, template_vars, tools, self.prompt_format)
+        return self._render(prompt, system, raw, template_vars, tools, self.prompt_format)[0]
 
     def _render(
         self,
@@ -192,17 +202,22 @@ class LLM:
         template_vars: Mapping[str, Any] | None,
         tools: Sequence[Mapping[str, Any]] | None,
         prompt_format: PromptFormat,
-    ) -> str:
+    ) -> tuple[str, list[Image]]:
+        """The prompt text and its images, in the order the text places them."""
         if raw:
             if not isinstance(prompt, str):
                 raise InvalidRequest.single("prompt", "a raw completion needs a string prompt")
-            return prompt
+            return prompt, []
         messages = [Message("user", prompt)] if isinstance(prompt, str) else parse_messages(prompt)
         messages = self._with_images(messages)
+        images = [image for m in messages for image in m.images if isinstance(image, Image)]
+        marker = self.engine.image_marker
+        if images and marker is not None:
+            messages = [_marked(m, marker) for m in messages]
         messages = with_system_prompt(messages, system_prompt)
         if template_vars and isinstance(prompt_format, ChatTemplate):
-            return prompt_format.render(messages, tools=tools, variables=template_vars)
-        return prompt_format.render(messages, tools=tools)
+            return prompt_format.render(messages, tools=tools, variables=template_vars), images
+        return prompt_format.render(messages, tools=tools), images
 
     def _with_images(self, messages: list[Message]) -> list[Message]:
         """The conversation's images read (a server has read them already, with its own limits
@@ -242,8 +257,8 @@ class LLM:
         compiled = self.compile(constraint) if constraint is not None else None
         system, source = (None, None) if raw else self.system_prompt_for(system_prompt)
         prompt_format, template = self._format_now()
-        text = self._render(prompt, system, raw, template_vars, tools, prompt_format)
-        prompt_ids = self.engine.tokenize(text)
+        text, images = self._render(prompt, system, raw, template_vars, tools, prompt_format)
+        prompt_ids = self.engine.tokenize_prompt(text, images)
         if len(prompt_ids) >= self.engine.n_ctx:
             raise ContextLengthExceeded(len(prompt_ids), self.engine.n_ctx)
         if not prompt_ids:
@@ -431,3 +446,11 @@ def collect(chunks: Iterator[Chunk]) -> Completion:
             thinking.append(chunk.reasoning)
         logprobs += chunk.logprobs
     raise RuntimeError("the stream ended without a final chunk")
+
+
+def _marked(message: Message, marker: str) -> Message:
+    """`message` as plain text, each image written as the engine's `marker` where it stood."""
+    if not message.parts:
+        return message
+    text = "".join(p if isinstance(p, str) else marker for p in message.parts)
+    return dataclasses.replace(message, content=text, parts=())

@@ -50,11 +50,9 @@ GGML_FEATURES = {
 #: ggml's GGML_AVX512 compiles for all of these at once
 AVX512_BASE = {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"}
 AMX_OFF = ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
-#: the multimodal library is not used by llmflow yet and costs a quarter of the build. Images on
-#: llama.cpp (docs/images.md) will need it: LLAVA_BUILD=ON here and in the GPU build, so that the
-#: wheel carries libmtmd.so beside libllama.so (llama_cpp/mtmd_cpp.py loads it at import, or from
-#: MTMD_CPP_LIB), and a wheel cache key of its own
-COMMON = ["-DLLAVA_BUILD=OFF"]
+#: llama.cpp's multimodal library (`mtmd`): the wheel carries libmtmd.so beside libllama.so, which
+#: `llama_cpp.mtmd_cpp` loads, so that the llama.cpp engines read images (`mmproj` models)
+COMMON = ["-DLLAVA_BUILD=ON"]
 
 
 def pinned_version(pyproject: Path = ROOT / "pyproject.toml") -> str:
@@ -96,7 +94,9 @@ def cache_dir(version: str, args: list[str]) -> Path:
 
 
 def build_wheel(version: str, args: list[str], python: str, target: Path) -> Path:
-    enabled = [a.split("=")[0][len("-DGGML_") :] for a in args if a.endswith("=ON")]
+    enabled = [
+        a.split("=")[0].removeprefix("-DGGML_") for a in args if a.startswith("-DGGML_") and a.endswith("=ON")
+    ]
     print(
         f"==> Building llama.cpp {version} from source for this CPU ({', '.join(enabled) or 'defaults'}; "
         "AMX off). It takes about 5 minutes on 2 cores and happens once per machine.",

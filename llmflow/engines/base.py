@@ -26,10 +26,10 @@ from llmflow.constraints.matcher import TokenMatcher
 from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.prompt_cache import CacheStats
 from llmflow.engines.speculation import SpeculationCounts
-from llmflow.errors import InvalidParams, InvalidRequest
+from llmflow.errors import InvalidParams, InvalidRequest, UnsupportedInput
 from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.streaming.detokenizer import Detokenizer
-from llmflow.types import CancelToken, PromptReuse, TemplateText
+from llmflow.types import CancelToken, Image, PromptReuse, TemplateText
 
 OptionsT = TypeVar("OptionsT", bound="EngineOptions")
 #: seeds are 32-bit; a choice's default seed wraps around
@@ -143,6 +143,22 @@ class Engine(ABC):
         """Token ids of `text`. By default (a rendered prompt) special tokens written in the text
         are parsed and BOS is added if the model wants it (and the text does not start with it);
         `add_special=False` adds nothing, `parse_special=False` reads special-token text as text."""
+
+    @property
+    def image_marker(self) -> str | None:
+        """How a chat template sees an image: None, Hugging Face's typed part `{"type": "image"}`
+        (which a vision model's template and processor expand); a string, that text in the
+        message's content, which `tokenize_prompt` turns into the image's positions (llama.cpp's
+        media marker)."""
+        return None
+
+    def tokenize_prompt(self, text: str, images: Sequence[Image]) -> Sequence[int]:
+        """The rendered prompt's ids with its images in place (`llmflow.media.prompt.MediaPrompt`,
+        an image's span evaluated whole); without images, `tokenize(text)`. An engine that reads
+        images overrides this; the others are never given any (`LLM` refuses them first)."""
+        if images:
+            raise UnsupportedInput(images[0].field, f"the {self.name} engine reads no images")
+        return self.tokenize(text)
 
     @property
     @abstractmethod
