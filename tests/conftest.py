@@ -48,3 +48,26 @@ def lora_adapters(tmp_path_factory):
 
     with ThreadPoolExecutor(len(made)) as pool:
         return dict(zip(made, pool.map(make, made), strict=True))
+
+
+@pytest.fixture(scope="session")
+def vision_model(tmp_path_factory):
+    """The project's tiny random-weight vision model (scripts/make_vision_model.py), made once for
+    the session: `(folder, summary)`, the folder holding `hf/` (a SmolVLM directory for the
+    transformers engine), `vision-f16.gguf` and `mmproj-vision-f16.gguf` (llama.cpp's pair);
+    `summary["image_tokens"]`: the positions one image takes in the text model."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.extras import need
+
+    need("torch", "transformers")
+    need("transformers", "transformers")
+    out = tmp_path_factory.mktemp("vision")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_vision_model.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(out)], check=True, capture_output=True, text=True, timeout=900
+    )
+    return out, json.loads(done.stdout.strip().splitlines()[-1])

@@ -5,14 +5,11 @@ mmproj GGUF, converted by llama.cpp's own converter."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from llmflow import LLM
-from tests.extras import need
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the converter's imports (torch, transformers) are most of the time
@@ -20,13 +17,8 @@ pytestmark = pytest.mark.timeout(1200)
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory) -> tuple[Path, dict]:
-    need("torch", "transformers")
-    need("transformers", "transformers")
-    out = tmp_path_factory.mktemp("vision")
-    command = [sys.executable, str(ROOT / "scripts" / "make_vision_model.py"), str(out)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=900)
-    return out, json.loads(done.stdout.strip().splitlines()[-1])
+def made(vision_model) -> tuple[Path, dict]:
+    return vision_model
 
 
 def _metadata(path: Path) -> dict:
