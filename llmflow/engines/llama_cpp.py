@@ -21,6 +21,7 @@ from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp_draft import DraftModel
 from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
 from llmflow.engines.llama_cpp_loop import RANDOM_SEED, ContextSteps, free_sampler, generate, sampler_chain
+from llmflow.engines.llama_cpp_media import MARKER, MediaOptions, Projector
 from llmflow.engines.llama_cpp_state import prompt_cache_for, restore_sequence, save_sequence
 from llmflow.engines.lora import AdapterKey, LlamaAdapters, adapter_key, with_adapters
 from llmflow.engines.memory import llama_cpp_bytes
@@ -28,9 +29,10 @@ from llmflow.engines.openmp import release_thread_team
 from llmflow.engines.prompt_cache import CacheStats, PromptCache, common_prefix
 from llmflow.engines.speculation import DRAFT_MAX, NGRAM_MAX, NGRAM_MIN, Speculation, SpeculationCounts
 from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
+from llmflow.media.prompt import media_images, whole_images
 from llmflow.model_files import model_name_of
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
-from llmflow.types import TemplateText
+from llmflow.types import Image, TemplateText
 
 #: whether llama.cpp engines speculate unless told: off, as measured on the CPU, where a pass of
 #: several tokens costs about as much as as many one-token passes (benchmarks/bench_speculation.py)
@@ -124,6 +126,14 @@ class LlamaCppOptions(EngineOptions):
         None,
         description="a small GGUF model of the same vocabulary whose greedy continuation is the "
         "draft each pass verifies, instead of prompt lookup (turns speculation on; llama_cpp engine)",
+    )
+    mmproj: str | None = Field(
+        None,
+        description="a vision model's projector GGUF (`mmproj`): the model then reads images, "
+        "through llama.cpp's multimodal library",
+    )
+    image_cache_mib: int = Field(
+        256, ge=0, description="encoded images kept by hash, in MiB: a resent image is not encoded again"
     )
     draft_max: int = Field(DRAFT_MAX, ge=1, le=64, description="draft tokens per pass at most")
     draft_ngram_min: int = Field(NGRAM_MIN, ge=1, le=16, description="shortest n-gram looked up")
@@ -263,8 +273,10 @@ class LlamaCppEngine(VocabMethods, Engine):
         options: LlamaCppOptions,
         prompt_cache: PromptCache | None = None,
         draft: DraftModel | None = None,
+        projector: Projector | None = None,
     ):
         self._llama = llama
+        self._projector = projector
         self._prompt_cache = prompt_cache
         self._model_path = model_path
         self.options = options
@@ -275,7 +287,7 @@ class LlamaCppEngine(VocabMethods, Engine):
         self._adapters = LlamaAdapters(llama_cpp, llama._model.model)
         #: the adapter the context's kept tokens were computed with
         self._applied: AdapterKey = None
-        self._steps = ContextSteps(llama_cpp, llama, self.n_vocab)
+        self._steps = ContextSteps(llama_cpp, llama, self.n_vocab, projector)
         self._speculation = options.speculation()
         self._speculation_counts = SpeculationCounts()
         self._draft_model = draft
@@ -298,7 +310,13 @@ class LlamaCppEngine(VocabMethods, Engine):
             except BaseException:
                 llama.close()
                 raise
-        engine = cls(llama, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed), draft)
+        try:
+            projector = open_projector(llama_cpp, llama._model.model, parsed, where)
+        except BaseException:
+            llama.close()
+            raise
+        cache = prompt_cache_for(llama_cpp, cls.name, path, parsed)
+        engine = cls(llama, path, parsed, cache, draft, projector)
         return with_adapters(engine, parsed.lora)
 
     @property
@@ -317,6 +335,19 @@ class LlamaCppEngine(VocabMethods, Engine):
     @property
     def model_name(self) -> str:
         return model_name_of(self._model_path)
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        return ("text", "image") if self._projector is not None else ("text",)
+
+    @property
+    def image_marker(self) -> str | None:
+        return MARKER if self._projector is not None else None
+
+    def tokenize_prompt(self, text: str, images: Sequence[Image]) -> Sequence[int]:
+        if images and self._projector is not None:
+            return self._projector.tokenize(text, images)
+        return super().tokenize_prompt(text, images)
 
     @property
     def n_ctx(self) -> int:
@@ -345,7 +376,9 @@ class LlamaCppEngine(VocabMethods, Engine):
         speculation = self._speculation if request.params.speculative else None
         sampler = sampler_chain(llama_cpp, self.n_vocab, request.params)
         try:
-            drafter = self._draft_model.session if self._draft_model is not None else None
+            # a draft model reads text alone: a prompt with images is drafted by prompt lookup
+            text_only = not media_images(request.prompt_ids)
+            drafter = self._draft_model.session if self._draft_model is not None and text_only else None
             yield from generate(self._steps, request, sampler, speculation, self._speculation_counts, drafter)
         finally:
             free_sampler(llama_cpp, sampler)
@@ -356,7 +389,9 @@ class LlamaCppEngine(VocabMethods, Engine):
         import llama_cpp
 
         llama = self._llama
-        keep = min(common_prefix(llama.input_ids[: llama.n_tokens].tolist(), prompt), len(prompt) - 1)
+        keep = whole_images(
+            prompt, min(common_prefix(llama.input_ids[: llama.n_tokens].tolist(), prompt), len(prompt) - 1)
+        )
         llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llama.ctx), -1, keep, -1)
         llama.n_tokens = keep
         return keep
@@ -378,6 +413,7 @@ class LlamaCppEngine(VocabMethods, Engine):
                 keep = self._restore(key, prompt)
             elif len(held) - keep >= cache.min_tokens:
                 self._spill(held)
+        keep = whole_images(prompt, keep)
         memory = llama_cpp.llama_get_memory(llama.ctx)
         llama_cpp.llama_memory_seq_rm(memory, -1, keep, -1)
         llama.n_tokens = keep
@@ -435,6 +471,8 @@ class LlamaCppEngine(VocabMethods, Engine):
         self._llama.close()
         if self._draft_model is not None:
             self._draft_model.close()
+        if self._projector is not None:
+            self._projector.close()
 
 
 def _open_llama(path: Path, parsed: LlamaCppOptions, where: Placement, n_ctx: int) -> Any:
@@ -458,6 +496,19 @@ def _open_llama(path: Path, parsed: LlamaCppOptions, where: Placement, n_ctx: in
             )
     except ValueError as exc:
         raise ModelNotFound(f"llama.cpp could not load {str(path)!r}: {exc}") from None
+
+
+def open_projector(llama_cpp: Any, model: Any, parsed: LlamaCppOptions, where: Placement) -> Projector | None:
+    """The options' `mmproj` projector for `model`, on the model's device; None without one."""
+    if parsed.mmproj is None:
+        return None
+    path = Path(parsed.mmproj)
+    if not path.is_file():
+        raise InvalidParams.single("mmproj", f"no projector GGUF file at {str(path)!r}")
+    options = MediaOptions(
+        path, where.on_gpu, parsed.n_threads, where.flash_attn, parsed.image_cache_mib << 20
+    )
+    return Projector(llama_cpp, model, options)
 
 
 def _open_draft(llama_cpp: Any, llama: Any, parsed: LlamaCppOptions, where: Placement) -> DraftModel:

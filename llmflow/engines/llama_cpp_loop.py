@@ -16,9 +16,11 @@ import numpy as np
 
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import TokenRequest
+from llmflow.engines.llama_cpp_media import Projector
 from llmflow.engines.logprobs import scored
 from llmflow.engines.speculation import DraftLength, Proposer, Speculation, SpeculationCounts
-from llmflow.errors import EngineFailed
+from llmflow.errors import EngineFailed, InvalidRequest
+from llmflow.media.prompt import is_image_id, media_images
 from llmflow.params import SamplingParams
 
 #: llama.cpp's seed value that asks for a random seed
@@ -60,8 +62,9 @@ def free_sampler(lib: Any, sampler: Any) -> None:
 class ContextSteps:
     """Forward passes in a `Llama`'s context (sequence 0) and the samples taken from them."""
 
-    def __init__(self, lib: Any, llama: Any, n_vocab: int):
+    def __init__(self, lib: Any, llama: Any, n_vocab: int, projector: Projector | None = None):
         self._lib = lib
+        self._projector = projector
         self._llama = llama
         self._ctx = llama.ctx
         self._memory = lib.llama_get_memory(llama.ctx)
@@ -91,6 +94,24 @@ class ContextSteps:
             end = start + offset + len(chunk)
             llama.input_ids[start + offset : end] = chunk
             llama.n_tokens = end
+
+    def prefill(self, prompt: Sequence[int]) -> list[int]:
+        """Evaluate `prompt`'s images, and the text before each, after what the context holds;
+        the text after the last image, which the decode loop feeds with its first pass."""
+        start = self.n_tokens
+        for span in media_images(prompt):
+            if span.end <= start:
+                continue
+            assert self._projector is not None, "a prompt with images comes only from a projector"
+            if span.start > start:
+                self.feed(prompt[start : span.start], rows=0)
+            self._projector.evaluate(self._ctx, span, span.start, 0, self.n_batch)
+            self._llama.input_ids[span.start : span.end] = prompt[span.start : span.end]
+            self._llama.n_tokens = start = span.end
+        rest = list(prompt[start:])
+        if not rest:
+            raise InvalidRequest.single("messages", "a prompt may not end with an image")
+        return rest
 
     @property
     def n_tokens(self) -> int:
@@ -150,8 +171,8 @@ def generate(
     if speculation is not None:
         lookup = drafter(prompt) if drafter is not None else speculation.lookup(prompt)
     length = DraftLength(speculation.draft_max) if speculation is not None else None
-    n_past = steps.n_tokens  # the prefix the engine kept (never the whole prompt)
-    feed: list[int] = list(prompt[n_past:])
+    feed: list[int] = steps.prefill(prompt)  # after the prefix the engine kept, and any images
+    n_past = steps.n_tokens
     draft: list[int] = []
     produced = 0
     while True:
@@ -202,6 +223,7 @@ def _draft(
     if lookup is None or length is None:
         return []
     draft = lookup.propose(min(length.current, room, left))
+    draft = draft[: next((i for i, t in enumerate(draft) if is_image_id(t)), len(draft))]
     if constraint is not None and draft:
         draft = draft[: constraint.allowed_prefix(draft)]
     return draft

@@ -10,13 +10,14 @@ through an image it did not see). Engines that read images build a `MediaPrompt`
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from llmflow.types import Image
 
-#: image ids live in [-IMAGE_ID_SPACE, -1]
-IMAGE_ID_SPACE = 2**62
+#: image ids live in [-IMAGE_ID_SPACE, -1]: within int32, as llama.cpp keeps token ids
+IMAGE_ID_SPACE = 2**30
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,8 @@ class PromptImage:
     start: int
     n_tokens: int
     image: Image
+    #: which of the image's chunks (a model may cut an image into tiles, a span each)
+    part: int = 0
 
     @property
     def end(self) -> int:
@@ -57,9 +60,9 @@ class MediaPrompt(tuple[int, ...]):
         return position if image is None or image.start == position else image.start
 
 
-def image_ids(image: Image, n_tokens: int) -> list[int]:
-    """The ids that stand for `image`'s `n_tokens` positions."""
-    base = int(image.sha256[:16], 16)
+def image_ids(image: Image, n_tokens: int, part: int = 0) -> list[int]:
+    """The ids that stand for the `n_tokens` positions of `image`'s chunk `part`."""
+    base = int(hashlib.sha256(f"{image.sha256}:{part}".encode()).hexdigest()[:16], 16)
     return [-1 - (base + k) % IMAGE_ID_SPACE for k in range(n_tokens)]
 
 
@@ -70,3 +73,8 @@ def is_image_id(token: int) -> bool:
 def media_images(prompt: Sequence[int]) -> tuple[PromptImage, ...]:
     """The images of a prompt (none for plain ids)."""
     return prompt.images if isinstance(prompt, MediaPrompt) else ()
+
+
+def whole_images(prompt: Sequence[int], position: int) -> int:
+    """`position` as a kept prefix's end: moved back to the start of an image it cuts."""
+    return prompt.cut_before_image(position) if isinstance(prompt, MediaPrompt) else position
