@@ -99,6 +99,13 @@ class LlamaCppBatchedOptions(LlamaCppOptions):
             )
         return value
 
+    @field_validator("mmproj")
+    @classmethod
+    def _no_projector(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError("is for the llama_cpp engine; llama_cpp_batched reads no images yet")
+        return value
+
     @field_validator("prefill_chunk")
     @classmethod
     def _chunk_fits_a_batch(cls, value: int | None, info: ValidationInfo) -> int | None:

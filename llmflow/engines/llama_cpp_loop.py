@@ -20,7 +20,7 @@ from llmflow.engines.llama_cpp_media import Projector
 from llmflow.engines.logprobs import scored
 from llmflow.engines.speculation import DraftLength, Proposer, Speculation, SpeculationCounts
 from llmflow.errors import EngineFailed, InvalidRequest
-from llmflow.media.prompt import is_image_id, media_images
+from llmflow.media.prompt import media_images
 from llmflow.params import SamplingParams
 
 #: llama.cpp's seed value that asks for a random seed
@@ -223,7 +223,6 @@ def _draft(
     if lookup is None or length is None:
         return []
     draft = lookup.propose(min(length.current, room, left))
-    draft = draft[: next((i for i, t in enumerate(draft) if is_image_id(t)), len(draft))]
     if constraint is not None and draft:
         draft = draft[: constraint.allowed_prefix(draft)]
     return draft

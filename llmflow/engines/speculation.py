@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from llmflow.media.prompt import is_image_id
+
 #: the n-gram sizes looked up, longest first (llama.cpp's prompt lookup uses 1..4; a single
 #: token matches too often in ordinary text to be worth a verification)
 NGRAM_MIN, NGRAM_MAX = 2, 4
@@ -102,7 +104,13 @@ class PromptLookup:
                 continue
             follower = self._last.get(tuple(tokens[-n:]))
             if follower is not None:
-                return tokens[follower : follower + k]
+                draft = tokens[follower : follower + k]
+                # an image's positions (negative ids) are no token a pass could verify
+                return (
+                    draft
+                    if min(draft) >= 0
+                    else draft[: next(i for i, t in enumerate(draft) if is_image_id(t))]
+                )
         return []
 
 

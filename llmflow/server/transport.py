@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, Protocol
 
@@ -211,24 +212,17 @@ async def _after(first: Any, rest: AsyncIterator[Any]) -> AsyncGenerator[Any, No
 
 async def finished(generation: RunningGeneration[Event], receive: Receive) -> GenerationRecord:
     """The generation's record once it has ended; a client that disconnects meanwhile stops it."""
-    observed = generation.observed
-    try:
-        with stop_on_disconnect(generation, receive):
-            async for event in generation.stream:
-                kind = type(event)
-                if kind is Text:
-                    observed.text(event.text)  # type: ignore[union-attr]
-                elif kind is CallDelta:
-                    observed.text(event.arguments)  # type: ignore[union-attr]
-                elif kind is Final:
-                    observed.final(event.record.final_chunk)  # type: ignore[union-attr]
-                    return event.record  # type: ignore[union-attr]
-        raise RuntimeError("the generation ended without a final event")
-    except BaseException:
-        observed.decide("error")
-        raise
-    finally:
-        generation.close()
+    with _watched(generation, receive) as observed:
+        async for event in generation.stream:
+            kind = type(event)
+            if kind is Text:
+                observed.text(event.text)  # type: ignore[union-attr]
+            elif kind is CallDelta:
+                observed.text(event.arguments)  # type: ignore[union-attr]
+            elif kind is Final:
+                observed.final(event.record.final_chunk)  # type: ignore[union-attr]
+                return event.record  # type: ignore[union-attr]
+    raise RuntimeError("the generation ended without a final event")
 
 
 async def finished_rows(
@@ -237,27 +231,34 @@ async def finished_rows(
     """Every row's record once all have ended (see `start_rows`); the request's record gets each
     row's text as it comes, and at the end the usage of all (with several rows, the trace's
     outputs are the rows' texts). A client that disconnects meanwhile stops them all."""
-    observed = generation.observed
     records: list[GenerationRecord | None] = [None] * rows
     left = rows
+    with _watched(generation, receive) as observed:
+        async for row, event in generation.stream:
+            kind = type(event)
+            if kind is Text:
+                observed.text(event.text)  # type: ignore[union-attr]
+            elif kind is Final:
+                records[row] = event.record  # type: ignore[union-attr]
+                left -= 1
+                if left == 0:
+                    done = [record for record in records if record is not None]
+                    observed.final(_all_rows(done, event.record.final_chunk))  # type: ignore[union-attr]
+                    if observed.trace is not None and rows > 1:
+                        observed.trace.set_result([record.choices[0].text for record in done])
+                    return done
+    raise RuntimeError("the generation ended without a final event")
+
+
+@contextmanager
+def _watched(generation: RunningGeneration[Any], receive: Receive) -> Iterator[ObservedGeneration]:
+    """The generation's observer while a route reads it to its end: a client that disconnects
+    stops it, a failure is recorded as the request's outcome, and it is closed either way."""
     try:
         with stop_on_disconnect(generation, receive):
-            async for row, event in generation.stream:
-                kind = type(event)
-                if kind is Text:
-                    observed.text(event.text)  # type: ignore[union-attr]
-                elif kind is Final:
-                    records[row] = event.record  # type: ignore[union-attr]
-                    left -= 1
-                    if left == 0:
-                        done = [record for record in records if record is not None]
-                        observed.final(_all_rows(done, event.record.final_chunk))  # type: ignore[union-attr]
-                        if observed.trace is not None and rows > 1:
-                            observed.trace.set_result([record.choices[0].text for record in done])
-                        return done
-        raise RuntimeError("the generation ended without a final event")
+            yield generation.observed
     except BaseException:
-        observed.decide("error")
+        generation.observed.decide("error")
         raise
     finally:
         generation.close()

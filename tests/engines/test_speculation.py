@@ -109,3 +109,10 @@ def test_settings_are_checked():
     with pytest.raises(ValueError):
         PromptLookup([], ngram_min=0)
     assert Speculation().lookup([1, 2, 3, 1, 2]).propose(3) == [3, 1, 2]
+
+
+def test_a_proposal_stops_before_an_image_position():
+    """An image's positions (negative ids) in a prompt are never proposed: no pass could verify them."""
+    lookup = PromptLookup([5, 6, 7, -3, -4, 8, 5, 6], ngram_min=1, ngram_max=2)
+    assert lookup.propose(4) == [7]
+    assert PromptLookup([5, 6, -3, 7, 5], ngram_min=1, ngram_max=1).propose(3) == [6]
