@@ -50,10 +50,9 @@ GGML_FEATURES = {
 #: ggml's GGML_AVX512 compiles for all of these at once
 AVX512_BASE = {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"}
 AMX_OFF = ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
-#: llama.cpp's multimodal library (`mtmd`) is left out until images on llama.cpp are verified with
-#: it: LLAVA_BUILD=ON makes the wheel carry libmtmd.so beside libllama.so, which
-#: `llama_cpp.mtmd_cpp` loads (the engine option `mmproj` needs it), under a cache key of its own
-COMMON = ["-DLLAVA_BUILD=OFF"]
+#: llama.cpp's multimodal library (`mtmd`): LLAVA_BUILD=ON makes the wheel carry libmtmd.so beside
+#: libllama.so, which `llama_cpp.mtmd_cpp` loads (the engine option `mmproj` needs it)
+COMMON = ["-DLLAVA_BUILD=ON"]
 
 
 def pinned_version(pyproject: Path = ROOT / "pyproject.toml") -> str:

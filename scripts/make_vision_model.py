@@ -53,6 +53,19 @@ TEXT = {
 }
 
 
+#: SmolVLM's own special tokens, added after the embedded model's vocabulary: the processor and
+#: llama.cpp's `mtmd` wrap each image (and each tile) in them, and look them up by their text
+SPECIAL_TOKENS = [
+    "<fake_token_around_image>",
+    "<image>",
+    "<global-img>",
+    "<end_of_utterance>",
+    *[f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)],
+]
+#: llama.cpp's token type of a control token
+CONTROL = 3
+
+
 def image_tokens() -> int:
     """The text-model tokens one image becomes."""
     return (IMAGE_SIZE // PATCH_SIZE) ** 2 // SCALE_FACTOR**2
@@ -71,6 +84,20 @@ def tokenizer_keys(llama_cpp: Path, model: Path) -> list[dict[str, Any]]:
             sub = field.types[-1] if main == gguf.GGUFValueType.ARRAY else None
             keys.append({"key": field.name, "type": main.name, "sub_type": sub and sub.name})
             keys[-1]["value"] = field.contents()
+    return with_special_tokens(keys)
+
+
+def with_special_tokens(keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The keys with `SPECIAL_TOKENS` appended to the vocabulary, as control tokens."""
+    values = {k["key"]: k for k in keys}
+    values["tokenizer.ggml.tokens"]["value"] = [*values["tokenizer.ggml.tokens"]["value"], *SPECIAL_TOKENS]
+    values["tokenizer.ggml.token_type"]["value"] = [
+        *values["tokenizer.ggml.token_type"]["value"],
+        *[CONTROL] * len(SPECIAL_TOKENS),
+    ]
+    if "tokenizer.ggml.scores" in values:
+        scores = values["tokenizer.ggml.scores"]
+        scores["value"] = [*scores["value"], *[0.0] * len(SPECIAL_TOKENS)]
     return keys
 
 
@@ -89,8 +116,9 @@ def random_hf_model(out: Path, keys: list[dict[str, Any]], seed: int) -> None:
         "eos_token_id": values["tokenizer.ggml.eos_token_id"],
         "model_type": "llama",
     }
+    image_token = values["tokenizer.ggml.tokens"].index("<image>")
     config = SmolVLMConfig(
-        vision_config=VISION, text_config=text, scale_factor=SCALE_FACTOR, image_token_id=vocab - 1
+        vision_config=VISION, text_config=text, scale_factor=SCALE_FACTOR, image_token_id=image_token
     )
     torch.manual_seed(seed)
     SmolVLMForConditionalGeneration(config).save_pretrained(out)

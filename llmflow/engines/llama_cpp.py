@@ -21,7 +21,7 @@ from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.llama_cpp_draft import DraftModel
 from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
 from llmflow.engines.llama_cpp_loop import RANDOM_SEED, ContextSteps, free_sampler, generate, sampler_chain
-from llmflow.engines.llama_cpp_media import MARKER, MediaOptions, Projector
+from llmflow.engines.llama_cpp_media import MediaOptions, Projector, ReadsImages
 from llmflow.engines.llama_cpp_state import prompt_cache_for, restore_sequence, save_sequence
 from llmflow.engines.lora import AdapterKey, LlamaAdapters, adapter_key, with_adapters
 from llmflow.engines.memory import llama_cpp_bytes
@@ -32,7 +32,7 @@ from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
 from llmflow.media.prompt import media_images, whole_images
 from llmflow.model_files import model_name_of
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
-from llmflow.types import Image, TemplateText
+from llmflow.types import TemplateText
 
 #: whether llama.cpp engines speculate unless told: off, as measured on the CPU, where a pass of
 #: several tokens costs about as much as as many one-token passes (benchmarks/bench_speculation.py)
@@ -254,7 +254,7 @@ class VocabMethods:
         return self._vocab.token_vocabulary
 
 
-class LlamaCppEngine(VocabMethods, Engine):
+class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
     """One llama.cpp model and context. Generations run one at a time (callers serialise).
     With `prompt_cache` the context keeps the last conversation (prompt and answer), so its next
     turn computes only its new tokens, and a conversation it replaces goes to the prompt cache
@@ -335,19 +335,6 @@ class LlamaCppEngine(VocabMethods, Engine):
     @property
     def model_name(self) -> str:
         return model_name_of(self._model_path)
-
-    @property
-    def input_modalities(self) -> tuple[str, ...]:
-        return ("text", "image") if self._projector is not None else ("text",)
-
-    @property
-    def image_marker(self) -> str | None:
-        return MARKER if self._projector is not None else None
-
-    def tokenize_prompt(self, text: str, images: Sequence[Image]) -> Sequence[int]:
-        if images and self._projector is not None:
-            return self._projector.tokenize(text, images)
-        return super().tokenize_prompt(text, images)
 
     @property
     def n_ctx(self) -> int:
@@ -506,7 +493,7 @@ def open_projector(llama_cpp: Any, model: Any, parsed: LlamaCppOptions, where: P
     if not path.is_file():
         raise InvalidParams.single("mmproj", f"no projector GGUF file at {str(path)!r}")
     options = MediaOptions(
-        path, where.on_gpu, parsed.n_threads, where.flash_attn, parsed.image_cache_mib << 20
+        path, where.on_gpu, parsed.n_threads, where.flash_attn, parsed.image_cache_mib << 20, parsed.verbose
     )
     return Projector(llama_cpp, model, options)
 

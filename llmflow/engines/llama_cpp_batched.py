@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -28,11 +29,13 @@ from llmflow.engines.llama_cpp import (
     LlamaVocab,
     Placement,
     VocabMethods,
+    open_projector,
     start_load,
     usable_cores,
 )
 from llmflow.engines.llama_cpp_embed import lazy_embedder
 from llmflow.engines.llama_cpp_loop import GREEDY, free_sampler, sampler_chain
+from llmflow.engines.llama_cpp_media import Projector, ReadsImages
 from llmflow.engines.llama_cpp_state import prompt_cache_for, restore_sequence, save_sequence
 from llmflow.engines.logprobs import scored
 from llmflow.engines.lora import AdapterKey, LlamaAdapters, with_adapters
@@ -42,6 +45,7 @@ from llmflow.engines.prompt_cache import CacheStats, PromptCache
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
 from llmflow.engines.speculation import SpeculationCounts
 from llmflow.errors import EngineFailed, InvalidParams, ModelNotFound
+from llmflow.media.prompt import PromptImage
 from llmflow.model_files import model_name_of
 from llmflow.params import SamplingParams
 
@@ -97,13 +101,6 @@ class LlamaCppBatchedOptions(LlamaCppOptions):
             raise ValueError(
                 "is for the llama_cpp engine; llama_cpp_batched drafts by prompt lookup (speculative: true)"
             )
-        return value
-
-    @field_validator("mmproj")
-    @classmethod
-    def _no_projector(cls, value: str | None) -> str | None:
-        if value is not None:
-            raise ValueError("is for the llama_cpp engine; llama_cpp_batched reads no images yet")
         return value
 
     @field_validator("prefill_chunk")
@@ -164,7 +161,7 @@ def batch_shape(
     return BatchShape(parallel, n_batch, chunk, options.kv_unified, one_pass, on_gpu)
 
 
-class LlamaCppBatchedEngine(VocabMethods, Engine):
+class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
     """A GGUF model that decodes up to `max_concurrency` generations in one batch per step.
 
     `generate` may be called from many threads at once; beyond `max_concurrency` a generation
@@ -187,6 +184,7 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
         prompt_cache: PromptCache | None = None,
     ):
         self._backend = backend
+        self._projector = backend.projector
         self._prompt_cache = prompt_cache
         self._vocab = vocab
         self._model_path = model_path
@@ -210,10 +208,14 @@ class LlamaCppBatchedEngine(VocabMethods, Engine):
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppBatchedEngine:
         parsed, path, llama_cpp, where = start_load(cls.name, LlamaCppBatchedOptions, model_path, options)
         model = _load_model(llama_cpp, path, parsed, where)
+        projector = None
         try:
             vocab = LlamaVocab(model, model.metadata())
-            backend = LlamaStepBackend.create(llama_cpp, model, parsed, where)
+            projector = open_projector(llama_cpp, model.model, parsed, where)
+            backend = LlamaStepBackend.create(llama_cpp, model, parsed, where, projector)
         except BaseException:
+            if projector is not None:
+                projector.close()
             model.close()
             raise
         engine = cls(backend, vocab, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed))
@@ -315,7 +317,15 @@ class LlamaStepBackend:
     """One llama.cpp context with a sequence (and KV stream) per generation; the `StepBackend`
     of `BatchScheduler`. Used only from the scheduler thread, apart from `create` and `close`."""
 
-    def __init__(self, llama_cpp: Any, model: Any, ctx: Any, shape: BatchShape, n_ctx_seq: int):
+    def __init__(
+        self,
+        llama_cpp: Any,
+        model: Any,
+        ctx: Any,
+        shape: BatchShape,
+        n_ctx_seq: int,
+        projector: Projector | None = None,
+    ):
         self._lib = llama_cpp
         self._model = model
         self._ctx = ctx
@@ -332,10 +342,18 @@ class LlamaStepBackend:
         self._batch = llama_cpp.llama_batch_init(shape.n_batch, 0, 1)
         for i in range(shape.n_batch):
             self._batch.n_seq_id[i] = 1
+        #: a vision model's projector, and the one thread that encodes images beside the steps
+        self.projector = projector
+        self._encoder = ThreadPoolExecutor(1, "llmflow-image-encoder") if projector is not None else None
 
     @classmethod
     def create(
-        cls, llama_cpp: Any, model: Any, options: LlamaCppBatchedOptions, where: Placement
+        cls,
+        llama_cpp: Any,
+        model: Any,
+        options: LlamaCppBatchedOptions,
+        where: Placement,
+        projector: Projector | None = None,
     ) -> LlamaStepBackend:
         n_ctx = options.n_ctx or model.n_ctx_train()
         shape = batch_shape(
@@ -365,7 +383,7 @@ class LlamaStepBackend:
                 f"llama.cpp could not create a context for {shape.parallel} sequences of {n_ctx} tokens"
             )
         n_ctx_seq = _pad(n_ctx) if shape.kv_unified else llama_cpp.llama_n_ctx_seq(ctx)
-        return cls(llama_cpp, model, ctx, shape, n_ctx_seq)
+        return cls(llama_cpp, model, ctx, shape, n_ctx_seq, projector)
 
     def memory_bytes(self, kv_cache_type: str) -> int:
         kv_tokens = self._lib.llama_n_ctx(self._ctx)
@@ -485,6 +503,14 @@ class LlamaStepBackend:
     def restore(self, seq: int, state: bytes) -> bool:
         return restore_sequence(self._lib, self._ctx, seq, state)
 
+    def encode_image(self, image: PromptImage) -> Future[Any]:
+        assert self.projector is not None and self._encoder is not None, "images come only with a projector"
+        return self._encoder.submit(self.projector.encode, image)
+
+    def decode_image(self, seq: int, image: PromptImage, encoded: Any) -> None:
+        assert self.projector is not None
+        self.projector.decode(self._ctx, image, encoded, seq, self.n_batch)
+
     def idle(self) -> None:
         release_thread_team()  # see `llmflow.engines.openmp`; the next step starts a team again
 
@@ -493,6 +519,11 @@ class LlamaStepBackend:
 
     def close(self) -> None:
         with contextlib.suppress(AttributeError):
+            if self._encoder is not None:
+                self._encoder.shutdown(cancel_futures=True)
+            if self.projector is not None:
+                self.projector.close()
+                self.projector = None
             if self._batch is not None:
                 self._lib.llama_batch_free(self._batch)
                 self._batch = None

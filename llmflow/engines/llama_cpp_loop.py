@@ -105,7 +105,7 @@ class ContextSteps:
             assert self._projector is not None, "a prompt with images comes only from a projector"
             if span.start > start:
                 self.feed(prompt[start : span.start], rows=0)
-            self._projector.evaluate(self._ctx, span, span.start, 0, self.n_batch)
+            self._projector.decode(self._ctx, span, self._projector.encode(span), 0, self.n_batch)
             self._llama.input_ids[span.start : span.end] = prompt[span.start : span.end]
             self._llama.n_tokens = start = span.end
         rest = list(prompt[start:])

@@ -40,6 +40,8 @@ class MediaOptions:
     n_threads: int
     flash_attn: bool
     cache_bytes: int
+    #: llama.cpp's own log lines of the projector (every image's steps) on stderr
+    verbose: bool = False
 
 
 class Projector:
@@ -56,6 +58,8 @@ class Projector:
 
         self._mtmd = mtmd
         self._lib = lib
+        if not options.verbose:
+            _silence(lib, mtmd)
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = options.use_gpu
         params.n_threads = options.n_threads
@@ -77,7 +81,10 @@ class Projector:
                 "mmproj",
                 f"{options.mmproj.name} needs M-RoPE image positions, which llmflow does not support yet",
             )
-        self._n_embd = lib.llama_model_n_embd_inp(model)
+        #: the text model's input width: an encoded position's size
+        self.n_embd = int(lib.llama_model_n_embd_inp(model))
+        #: the model attends to an image's positions all at once (Gemma 3): evaluated in one pass
+        self.non_causal = bool(mtmd.mtmd_decode_use_non_causal(self._ctx, None))
         self._lock = threading.RLock()
         self._encoded = EncodedImages(options.cache_bytes)
 
@@ -106,34 +113,59 @@ class Projector:
                 n = int(self._mtmd.mtmd_input_chunk_get_n_tokens(chunk))
                 spans.append(PromptImage(len(ids), n, image, part))
                 ids.extend(image_ids(image, n, part))
+        if spans and spans[-1].end == len(ids):
+            # the first token is sampled from the logits of the prompt's last text token
+            raise InvalidRequest.single(field, "a prompt may not end with an image: add text after it")
         return MediaPrompt(ids, spans)
 
-    def evaluate(self, lctx: Any, span: PromptImage, n_past: int, seq_id: int, n_batch: int) -> bool:
-        """Decode `span`'s image chunk into sequence `seq_id` at `n_past` (its embeddings from the
-        cache, or encoded now). True when its embeddings came from the cache."""
+    def encode(self, span: PromptImage) -> np.ndarray:
+        """`span`'s image chunk through the vision tower and projector: its embeddings, a row of
+        the text model's input width per position; from the cache when it holds them. The slow
+        part of an image, and the only one that needs the projector: a batching engine runs it
+        beside its decode loop."""
+        key = (span.image.sha256, span.part)
+        embd = self._encoded.get(key)
+        if embd is not None:
+            return embd
         mtmd = self._mtmd
         with self._lock, self._chunks(MARKER, [span.image]) as chunks:
-            images = [c for c in chunks if mtmd.mtmd_input_chunk_get_type(c) == IMAGE_CHUNK]
-            chunk = images[span.part]
-            key = (span.image.sha256, span.part)
-            embd = self._encoded.get(key)
-            cached = embd is not None
-            if embd is None:
-                if mtmd.mtmd_encode_chunk(self._ctx, chunk) != 0:
-                    raise EngineFailed(f"llama.cpp could not encode the image at {span.image.field}")
-                out = mtmd.mtmd_get_output_embd(self._ctx)
-                embd = np.ctypeslib.as_array(out, shape=(span.n_tokens * self._n_embd,)).copy()
-                self._encoded.put(key, embd)
-            new_n_past = self._lib.llama_pos(0)
-            pointer = embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-            status = mtmd.mtmd_helper_decode_image_chunk(
-                self._ctx, lctx, chunk, pointer, n_past, seq_id, n_batch, ctypes.byref(new_n_past), None, None
-            )
-        if status != 0:
-            raise EngineFailed(
-                f"llama_decode failed with status {status} on an image of {span.n_tokens} tokens"
-            )
-        return cached
+            chunk = [c for c in chunks if mtmd.mtmd_input_chunk_get_type(c) == IMAGE_CHUNK][span.part]
+            if mtmd.mtmd_encode_chunk(self._ctx, chunk) != 0:
+                raise EngineFailed(f"llama.cpp could not encode the image at {span.image.field}")
+            out = mtmd.mtmd_get_output_embd(self._ctx)
+            embd = np.ctypeslib.as_array(out, shape=(span.n_tokens, self.n_embd)).copy()
+        self._encoded.put(key, embd)
+        return embd
+
+    def decode(self, lctx: Any, span: PromptImage, embd: np.ndarray, seq_id: int, n_batch: int) -> None:
+        """Put an encoded image chunk into sequence `seq_id` of `lctx` at its span's positions:
+        a forward pass of the text model over embeddings instead of tokens (the projector itself
+        is not used, so this never waits for an image being encoded)."""
+        lib = self._lib
+        n = span.n_tokens
+        if self.non_causal and n > n_batch:
+            raise EngineFailed(f"an image of {n} positions needs n_batch of at least {n} (it is {n_batch})")
+        batch = lib.llama_batch_init(min(n, n_batch), self.n_embd, 1)
+        rows = np.ctypeslib.as_array(batch.embd, shape=(min(n, n_batch), self.n_embd))
+        if self.non_causal:
+            lib.llama_set_causal_attn(lctx, False)
+        try:
+            for offset in range(0, n, n_batch):
+                piece = embd[offset : offset + n_batch]
+                rows[: len(piece)] = piece
+                for i in range(len(piece)):
+                    batch.pos[i] = span.start + offset + i
+                    batch.n_seq_id[i] = 1
+                    batch.seq_id[i][0] = seq_id
+                    batch.logits[i] = 0
+                batch.n_tokens = len(piece)
+                status = lib.llama_decode(lctx, batch)
+                if status != 0:
+                    raise EngineFailed(f"llama_decode failed (status {status}) on an image of {n} positions")
+        finally:
+            if self.non_causal:
+                lib.llama_set_causal_attn(lctx, True)
+            lib.llama_batch_free(batch)
 
     def _image_chunks(self, image: Image) -> int:
         with self._lock, self._chunks(MARKER, [image]) as chunks:
@@ -151,6 +183,40 @@ class Projector:
         if self._ctx:
             self._mtmd.mtmd_free(self._ctx)
             self._ctx = None
+
+
+def _silence(lib: Any, mtmd: Any) -> None:
+    """Send the multimodal library's log lines nowhere (it logs every image's steps). Its log
+    callback is process-wide and must outlive every projector: one, kept by the module."""
+    global _SILENT
+    if _SILENT is None:
+        _SILENT = lib.llama_log_callback(lambda level, text, user_data: None)
+    mtmd.mtmd_log_set(_SILENT, None)
+    mtmd.mtmd_helper_log_set(_SILENT, None)
+
+
+#: the no-op log callback (see `_silence`)
+_SILENT: Any = None
+
+
+class ReadsImages:
+    """The `Engine` methods of a llama.cpp engine that may have a projector (`_projector`, None
+    for a text-only model); listed before `Engine` in the engine's bases."""
+
+    _projector: Projector | None
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        return ("text", "image") if self._projector is not None else ("text",)
+
+    @property
+    def image_marker(self) -> str | None:
+        return MARKER if self._projector is not None else None
+
+    def tokenize_prompt(self, text: str, images: Sequence[Image]) -> Sequence[int]:
+        if images and self._projector is not None:
+            return self._projector.tokenize(text, images)
+        return super().tokenize_prompt(text, images)  # type: ignore[misc]
 
 
 class _Chunks:

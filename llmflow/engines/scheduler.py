@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -26,6 +27,7 @@ from llmflow.engines.lora import AdapterKey, adapter_key
 from llmflow.engines.prompt_cache import PromptCache, common_prefix
 from llmflow.engines.speculation import Drafts, Speculation, SpeculationCounts
 from llmflow.errors import EngineFailed
+from llmflow.media.prompt import PromptImage, media_images
 from llmflow.params import SamplingParams
 from llmflow.types import CancelToken, PromptReuse
 
@@ -50,6 +52,9 @@ class BatchEntry:
     #: the last len(draft) of `tokens` are a speculative draft: sample after each of them too,
     #: keeping the draft while the samples confirm it (`engines/speculation.py`)
     draft: Sequence[int] = ()
+    #: the entry is this image's span (`tokens` its ids): evaluated from its encoded
+    #: embeddings, in a pass of its own
+    image: PromptImage | None = None
 
 
 class StepBackend(Protocol):
@@ -92,6 +97,16 @@ class StepBackend(Protocol):
         """Replace what `seq` holds with a saved state; False (and `seq` empty) when refused."""
         ...
 
+    def encode_image(self, image: PromptImage) -> Future[Any]:
+        """Start encoding a prompt's image beside the decode loop (any thread may ask); the
+        future's result is what `decode_image` takes. Asked only of a backend whose engine
+        reads images."""
+        ...
+
+    def decode_image(self, seq: int, image: PromptImage, encoded: Any) -> None:
+        """Evaluate an encoded image into sequence `seq` at its span, in a pass of its own."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerStats:
@@ -128,8 +143,10 @@ class Request:
         "box",
         "closed",
         "constraint",
+        "encodings",
         "fed",
         "generated",
+        "images",
         "leader",
         "limit",
         "params",
@@ -171,6 +188,22 @@ class Request:
         self.reuse = reuse
         #: the LoRA adapter it computes with (None: the base model)
         self.adapter: AdapterKey = adapter_key(params.lora, params.lora_scale)
+        #: the prompt's images, and their encodings under way or done
+        self.images = media_images(prompt_ids)
+        self.encodings: dict[PromptImage, Future[Any]] = {}
+
+    def image_from(self, position: int) -> PromptImage | None:
+        """The first image whose span ends after `position`: the next one to evaluate."""
+        for image in self.images:
+            if image.end > position:
+                return image
+        return None
+
+    def whole(self, n: int) -> int:
+        """`n` kept prompt positions, moved back to the start of an image they cut: an image's
+        span is in a sequence whole or not at all."""
+        image = self.image_from(n)
+        return image.start if image is not None and image.start < n else n
 
     @property
     def pending(self) -> int:
@@ -265,7 +298,21 @@ def plan_step(
             continue
         start = r.fed
         while len(r.tokens) - start > 1 and budget > 0:
+            image = r.image_from(start)
+            if image is not None and image.start == start:
+                # whole, once encoded (meanwhile the others go on); alone in a step if it is
+                # wider than the step's budget; in one pass, where images go first, only at the
+                # start of its request's part of the step
+                if not r.encodings[image].done() or (image.n_tokens > budget and prefill):
+                    break
+                if one_pass and start != r.fed:
+                    break
+                prefill.append((r, _image_entry(r, image)))
+                budget -= image.n_tokens
+                start = image.end
+                continue
             end = min((start // chunk + 1) * chunk if aligned else start + budget, len(r.tokens))
+            end = min(end, image.start) if image is not None else end
             if end - start > budget:
                 break
             prefill.append((r, _entry(r, start, end)))
@@ -287,7 +334,7 @@ def shared_chunks(source: Request, request: Request, chunk: int, computed: int |
     n = 0
     while n < limit and source.tokens[n : n + chunk] == request.tokens[n : n + chunk]:
         n += chunk
-    return n
+    return request.whole(n)
 
 
 def _mate_computes_next_chunk(r: Request, earlier: Sequence[Request], chunk: int) -> bool:
@@ -301,6 +348,10 @@ def _mate_computes_next_chunk(r: Request, earlier: Sequence[Request], chunk: int
 
 def _entry(r: Request, start: int, end: int) -> BatchEntry:
     return BatchEntry(r.seq, r.tokens[start:end], start, end == len(r.tokens), r.sampler, r.params.logprobs)
+
+
+def _image_entry(r: Request, image: PromptImage) -> BatchEntry:
+    return BatchEntry(r.seq, r.tokens[image.start : image.end], image.start, False, r.sampler, image=image)
 
 
 def _decode_entry(r: Request, draft: Sequence[int]) -> BatchEntry:
@@ -467,6 +518,15 @@ class BatchScheduler:
                 raise EngineFailed("the engine is closed")
             self._waiting.extend(requests)
             self._cond.notify()
+        for request in requests:
+            if request.leader is None:  # a choice copies its leader's prompt, images and all
+                self._encode(request, 0)
+
+    def _encode(self, request: Request, fed: int) -> None:
+        """Start encoding the images of `request`'s prompt past position `fed` not yet asked."""
+        for image in request.images:
+            if image.end > fed and image not in request.encodings:
+                request.encodings[image] = self.backend.encode_image(image)
 
     # -- scheduler thread --
 
@@ -580,8 +640,9 @@ class BatchScheduler:
         return planned
 
     def _forward(self, planned: list[tuple[Request, BatchEntry]]) -> None:
-        """One forward pass, then hand out the sampled tokens."""
-        planned = self._constrained(planned)
+        """One forward pass, then hand out the sampled tokens; the images among the entries
+        first, each in a pass of its own (a pass takes tokens or embeddings, not both)."""
+        planned = self._constrained(self._images_first(planned))
         if not planned:
             return
         try:
@@ -598,6 +659,26 @@ class BatchScheduler:
                 self._take_run(request, entry, next(sampled))
             elif entry.sample:
                 self._emit(request, next(sampled))
+
+    def _images_first(self, planned: list[tuple[Request, BatchEntry]]) -> list[tuple[Request, BatchEntry]]:
+        """Evaluate the planned images; the other entries of requests still running."""
+        rest = []
+        for request, entry in planned:
+            if entry.image is None:
+                rest.append((request, entry))
+                continue
+            try:
+                encoded = request.encodings.pop(entry.image).result()
+                self.backend.decode_image(request.seq, entry.image, encoded)
+            except EngineFailed as exc:
+                self._finish(request, exc)
+                continue
+            except Exception as exc:  # an image the projector could not read
+                self._finish(request, EngineFailed(f"the image at {entry.image.image.field} failed: {exc}"))
+                continue
+            request.fed = entry.image.end
+            self._decoded += len(entry.tokens)
+        return [(request, entry) for request, entry in rest if request.seq >= 0]
 
     def _take_run(self, request: Request, entry: BatchEntry, run: Sequence[int]) -> None:
         """A verified draft: the rejected draft tokens' cells go, then the run's tokens are handed
@@ -727,6 +808,7 @@ class BatchScheduler:
             self._reused += request.fed
             if request.reuse is not None:
                 request.reuse.cached_tokens = request.fed
+        self._encode(request, request.fed)
         request.seq = seq
         request.sampler = self.backend.new_sampler(request.params)
         self._holder[seq] = request
@@ -816,7 +898,7 @@ class BatchScheduler:
         prompt token is computed again, since its logits give the first token; without
         `reuse_tokens`, whole chunks only."""
         n = min(shared, request.prompt_len - 1)
-        return n if self.reuse_tokens else n // self.prefill_chunk * self.prefill_chunk
+        return request.whole(n if self.reuse_tokens else n // self.prefill_chunk * self.prefill_chunk)
 
     def _compact(self) -> None:
         """Move the highest running sequences down into gaps, so running ones are 0..n-1; a

@@ -16,11 +16,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 
-def image_bytes(fmt: str = "PNG", size: tuple[int, int] = (8, 6)) -> bytes:
+def image_bytes(
+    fmt: str = "PNG", size: tuple[int, int] = (8, 6), color: tuple[int, int, int] = (200, 30, 60)
+) -> bytes:
     from PIL import Image
 
     out = io.BytesIO()
-    Image.new("RGB", size, (200, 30, 60)).save(out, format=fmt)
+    Image.new("RGB", size, color).save(out, format=fmt)
     return out.getvalue()
 
 
