@@ -27,6 +27,7 @@ from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.prompt_cache import CacheStats
 from llmflow.engines.speculation import SpeculationCounts
 from llmflow.errors import InvalidParams, InvalidRequest, UnsupportedInput
+from llmflow.media.prompt import ImageCacheStats
 from llmflow.params import SamplingParams, problems_from_validation
 from llmflow.streaming.detokenizer import Detokenizer
 from llmflow.types import CancelToken, Image, PromptReuse, TemplateText
@@ -272,6 +273,10 @@ class Engine(ABC):
 
     def cache_stats(self) -> CacheStats | None:
         """What the prompt cache's tiers hold (bytes, entries); None: the engine has none."""
+        return None
+
+    def image_stats(self) -> ImageCacheStats | None:
+        """Images encoded and reused from its cache of encoded images; None: it reads none."""
         return None
 
     def speculation_stats(self) -> SpeculationCounts | None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from llmflow.errors import EngineFailed, InvalidParams, InvalidRequest
-from llmflow.media.prompt import MediaPrompt, PromptImage, image_ids
+from llmflow.media.prompt import ImageCacheStats, MediaPrompt, PromptImage, image_ids
 from llmflow.types import Image
 
 #: the text that stands for an image in a rendered prompt (mtmd's own default marker)
@@ -213,6 +213,9 @@ class ReadsImages:
     def image_marker(self) -> str | None:
         return MARKER if self._projector is not None else None
 
+    def image_stats(self) -> ImageCacheStats | None:
+        return self._projector.encoded.stats() if self._projector is not None else None
+
     def tokenize_prompt(self, text: str, images: Sequence[Image]) -> Sequence[int]:
         if images and self._projector is not None:
             return self._projector.tokenize(text, images)
@@ -287,6 +290,10 @@ class EncodedImages:
             self._items.move_to_end(key)
             self.hits += 1
             return found
+
+    def stats(self) -> ImageCacheStats:
+        with self._lock:
+            return ImageCacheStats(encoded=self.misses, reused=self.hits, bytes=self.bytes)
 
     def put(self, key: tuple[str, int], embd: np.ndarray) -> None:
         if embd.nbytes > self.budget:

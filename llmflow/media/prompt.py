@@ -36,6 +36,16 @@ class PromptImage:
         return self.start + self.n_tokens
 
 
+@dataclass(frozen=True, slots=True)
+class ImageCacheStats:
+    """An engine's cache of encoded images: image chunks encoded and reused (an encoding found
+    in the cache) since it loaded, and the bytes it holds now."""
+
+    encoded: int
+    reused: int
+    bytes: int
+
+
 class MediaPrompt(tuple[int, ...]):
     """Token ids (a tuple, as any prompt's ids) and the images whose spans they hold, in order."""
 

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from llmflow.engines.prompt_cache import CacheStats
 from llmflow.engines.speculation import SpeculationCounts
+from llmflow.media.prompt import ImageCacheStats
 from llmflow.observability.timings import RequestTimings
 
 _LATENCY_BUCKETS = (
@@ -67,6 +68,8 @@ class ModelLoad:
     memory_bytes: int = 0
     #: its engine's speculative draft tokens so far (`Engine.speculation_stats()`), when it speculates
     speculation: SpeculationCounts | None = None
+    #: its engine's encoded images (`Engine.image_stats()`), when it reads images
+    images: ImageCacheStats | None = None
 
 
 class ServerMetrics:
@@ -217,8 +220,20 @@ class _ModelGauges(Collector):
             "Speculative draft tokens the model's own samples confirmed (each a forward pass saved)",
             labels=[MODEL],
         )
+        images = CounterMetricFamily(
+            "llmflow_image_chunks",
+            "Image chunks by how the engine got their encoding",
+            labels=[MODEL, "outcome"],
+        )
+        image_bytes = GaugeMetricFamily(
+            "llmflow_image_cache_bytes", "Bytes of encoded images the engine keeps", labels=[MODEL]
+        )
         for load in self._models():
             name = [load.model]
+            if load.images is not None:
+                images.add_metric([load.model, "encoded"], load.images.encoded)
+                images.add_metric([load.model, "reused"], load.images.reused)
+                image_bytes.add_metric(name, load.images.bytes)
             if load.speculation is not None:
                 proposed.add_metric(name, load.speculation.proposed)
                 accepted.add_metric(name, load.speculation.accepted)
@@ -235,5 +250,5 @@ class _ModelGauges(Collector):
                 families["free"].add_metric(name, stats.free_sequences)
                 families["generated"].add_metric(name, stats.tokens_generated_total)
         families["cache_bytes"] = cache_bytes
-        yield from (family for family in (proposed, accepted) if family.samples)
+        yield from (family for family in (proposed, accepted, images, image_bytes) if family.samples)
         yield from (family for family in families.values() if family.samples)  # absent, as before, when empty

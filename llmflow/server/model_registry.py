@@ -84,6 +84,7 @@ class ModelSlot:
             engine_stats=engine.stats() if engine is not None else None,
             cache_stats=engine.cache_stats() if engine is not None else None,
             speculation=engine.speculation_stats() if engine is not None else None,
+            images=engine.image_stats() if engine is not None else None,
             memory_bytes=self.memory_bytes,
         )
 

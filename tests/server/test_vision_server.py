@@ -115,3 +115,19 @@ def test_a_bad_image_is_a_400_and_the_model_serves_on(client):
         _prompt_tokens(client, "data:image/png;base64,AAAA")
     assert error.value.body["param"] == "messages[0].content[1]"
     assert _prompt_tokens(client, data_uri(image_bytes())) > 0
+
+
+def test_metrics_count_encoded_and_reused_images(url, client):
+    picture = data_uri(image_bytes(size=(3, 7)))
+    for text in ("What is this?", "And now?"):  # two conversations, one image
+        messages = [{"role": "user", "content": [{"type": "text", "text": text}, _content(picture)[1]]}]
+        client.chat.completions.create(model=NAME, messages=messages, max_tokens=2)
+    metrics = httpx.get(f"{url}/metrics", timeout=TIMEOUT_S).text
+    counts = {
+        outcome: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        for outcome in ("encoded", "reused")
+        if line.startswith(f'llmflow_image_chunks_total{{model="{NAME}",outcome="{outcome}"}}')
+    }
+    assert counts["encoded"] > 0 and counts["reused"] > 0
+    assert f'llmflow_image_cache_bytes{{model="{NAME}"}}' in metrics
