@@ -5,6 +5,7 @@ is not encoded again; what cannot take images refuses them by field."""
 
 from __future__ import annotations
 
+import base64
 import io
 import math
 
@@ -137,25 +138,55 @@ def test_the_same_image_twice_is_encoded_once(vlm):
 
 
 def test_the_prefill_is_the_models_own_with_the_images_pixels(vision_dir, vlm):
-    """The first token's logprob through llmflow (cached features as embeddings) is what
+    """The first token's logprob through llmflow (the image's features as embeddings) is what
     transformers computes from the processor's ids and pixel values."""
+    _assert_prefill_is_the_models_own(vlm, vision_dir[0], chat(picture(7)))
+
+
+def test_an_image_cut_into_tiles_takes_a_span_per_tile(vision_dir, tmp_path):
+    """With the processor splitting images (Idefics3's tiles of 64 pixels and a global view),
+    each tile's run of image tokens is a span of its own, one part each, and the prefill is still
+    the model's own."""
+    import json
+    import shutil
+
+    tiled = tmp_path / "tiled"
+    shutil.copytree(vision_dir[0], tiled)
+    config = json.loads((tiled / "preprocessor_config.json").read_text())
+    config.update(do_image_splitting=True, size={"longest_edge": 128})
+    (tiled / "preprocessor_config.json").write_text(json.dumps(config))
+    llm = LLM.load(str(tiled), engine="transformers", engine_options={**ON_CPU, "ignore_eos": True})
+    try:
+        messages = chat(picture(11, (120, 90)), picture(12, (30, 30)))
+        prompt = llm.prepare(messages).prompt_ids
+        assert [(span.n_tokens, span.part) for span in prompt.images] == [(4, part) for part in range(5)] * 2
+        _assert_prefill_is_the_models_own(llm, tiled, messages)
+        cache = llm.engine.encoded_images
+        assert (cache.hits, cache.misses, len(cache)) == (0, 10, 10)  # two images of five parts
+        llm.generate(messages, {"max_tokens": 1, "temperature": 0})
+        assert (cache.hits, cache.misses) == (10, 10)
+    finally:
+        llm.close()
+
+
+def _assert_prefill_is_the_models_own(llm: LLM, path, messages: list[dict]) -> None:
     import torch
+    from PIL import Image as PILImage
     from transformers import AutoProcessor
 
-    path, _ = vision_dir
-    data = picture(7)
-    answer = vlm.generate(chat(data), {"max_tokens": 1, "temperature": 0, "logprobs": 1})
+    answer = llm.generate(messages, {"max_tokens": 1, "temperature": 0, "logprobs": 1})
     (first,) = answer.logprobs
-    from PIL import Image as PILImage
-
     processor = AutoProcessor.from_pretrained(path)
-    pixels = PILImage.open(io.BytesIO(data)).convert("RGB")
-    inputs = processor(text=[vlm.render(chat(data))], images=[pixels], return_tensors="pt")
+    urls = [part["image_url"]["url"] for part in messages[0]["content"] if part["type"] == "image_url"]
+    pixels = [
+        PILImage.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB") for url in urls
+    ]
+    inputs = processor(text=[llm.render(messages)], images=pixels, return_tensors="pt")
     with torch.inference_mode():
-        logits = vlm.engine.model(**inputs).logits[0, -1].float()
+        logits = llm.engine.model(**inputs).logits[0, -1].float()
     expected = torch.log_softmax(logits, dim=-1)
     token = int(expected.argmax())
-    assert first.bytes == vlm.engine.token_piece(token)
+    assert first.bytes == llm.engine.token_piece(token)
     assert math.isclose(first.logprob, float(expected[token]), abs_tol=1e-4)
 
 
