@@ -1,15 +1,19 @@
 """Make a tiny vision-language model with random weights, for tests that need images to reach a
 model: a SmolVLM (Idefics3's architecture: a SigLIP-style vision tower, a pixel-shuffle connector
 and a Llama text model) in transformers' own random init, with the embedded SmolLM2's tokenizer,
-saved as a Hugging Face directory and converted by llama.cpp's own `convert_hf_to_gguf.py` into
-the text model's GGUF and its `mmproj` projector GGUF, as a downloaded vision model comes.
+saved as a Hugging Face directory that transformers loads whole (`AutoProcessor`,
+`AutoModelForImageTextToText`) and converted by llama.cpp's own `convert_hf_to_gguf.py` into the
+text model's GGUF and its `mmproj` projector GGUF, as a downloaded vision model comes.
 
     python scripts/make_vision_model.py OUT_DIR [--seed 0] [--llama-cpp DIR] [--no-gguf]
 
-Writes `OUT_DIR/hf/` (config.json, model.safetensors, preprocessor_config.json),
+Writes `OUT_DIR/hf/` (config.json, model.safetensors, the tokenizer with SmolVLM's image
+tokens added, its chat template, preprocessor_config.json and processor_config.json),
 `OUT_DIR/vision-f16.gguf` and `OUT_DIR/mmproj-vision-f16.gguf`. An image becomes
 `(IMAGE_SIZE / PATCH_SIZE)**2 / SCALE_FACTOR**2` tokens of the text model (4 here), the count a
-test can check. `--llama-cpp`: a llama.cpp source tree (default: $LLAMA_CPP_SRC, else
+test can check, which the processor wraps in `IMAGE_WRAPPER` more tokens (3 here). The processor
+is Idefics3's: SmolVLM's own expands an image the same way, and adds video, which needs
+`num2words`. `--llama-cpp`: a llama.cpp source tree (default: $LLAMA_CPP_SRC, else
 llama-cpp-python's sdist, as `make_lora.py` finds it). Needs torch, transformers and safetensors.
 Loading the pair in llama.cpp needs its multimodal library (`mtmd`), which llmflow's build leaves
 out for now (`scripts/build_llama_cpp.py`: LLAVA_BUILD=OFF).
@@ -32,6 +36,21 @@ from make_lora import embedded_model, llama_cpp_source  # this script's own dire
 IMAGE_SIZE = 64
 PATCH_SIZE = 16
 SCALE_FACTOR = 2
+#: SmolVLM's tokens, added to the SmolLM2 vocabulary (the processor's image expansion and the
+#: template's end of turn)
+ADDED_TOKENS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"]
+#: the tokens around an image's run of `<image>`: <fake_token_around_image><global-img> before, and
+#: <fake_token_around_image> after
+IMAGE_WRAPPER = 3
+#: SmolVLM's chat template, for a message's content as text or as parts (text and images)
+CHAT_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
+    "{% if message['content'] is string %}: {{ message['content'] }}"
+    "{% else %}{% if message['content'][0]['type'] == 'image' %}:{% else %}: {% endif %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% elif part['type'] == 'image' %}<image>{% endif %}{% endfor %}{% endif %}<end_of_utterance>\n"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
 #: small enough to make and convert in seconds on a CPU
 VISION = {
     "hidden_size": 64,
@@ -53,26 +72,14 @@ TEXT = {
 }
 
 
-#: SmolVLM's own special tokens, added after the embedded model's vocabulary: the processor and
-#: llama.cpp's `mtmd` wrap each image (and each tile) in them, and look them up by their text
-SPECIAL_TOKENS = [
-    "<fake_token_around_image>",
-    "<image>",
-    "<global-img>",
-    "<end_of_utterance>",
-    *[f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)],
-]
-#: llama.cpp's token type of a control token
-CONTROL = 3
-
-
 def image_tokens() -> int:
     """The text-model tokens one image becomes."""
     return (IMAGE_SIZE // PATCH_SIZE) ** 2 // SCALE_FACTOR**2
 
 
 def tokenizer_keys(llama_cpp: Path, model: Path) -> list[dict[str, Any]]:
-    """Every `tokenizer.*` key of the embedded model's GGUF, with its value types."""
+    """Every `tokenizer.*` key of the embedded model's GGUF, with its value types, the added
+    tokens appended (control tokens) as a converted SmolVLM's vocabulary holds them."""
     sys.path.insert(0, str(llama_cpp / "gguf-py"))
     import gguf
 
@@ -84,26 +91,37 @@ def tokenizer_keys(llama_cpp: Path, model: Path) -> list[dict[str, Any]]:
             sub = field.types[-1] if main == gguf.GGUFValueType.ARRAY else None
             keys.append({"key": field.name, "type": main.name, "sub_type": sub and sub.name})
             keys[-1]["value"] = field.contents()
-    return with_special_tokens(keys)
-
-
-def with_special_tokens(keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The keys with `SPECIAL_TOKENS` appended to the vocabulary, as control tokens."""
-    values = {k["key"]: k for k in keys}
-    values["tokenizer.ggml.tokens"]["value"] = [*values["tokenizer.ggml.tokens"]["value"], *SPECIAL_TOKENS]
-    values["tokenizer.ggml.token_type"]["value"] = [
-        *values["tokenizer.ggml.token_type"]["value"],
-        *[CONTROL] * len(SPECIAL_TOKENS),
-    ]
-    if "tokenizer.ggml.scores" in values:
-        scores = values["tokenizer.ggml.scores"]
-        scores["value"] = [*scores["value"], *[0.0] * len(SPECIAL_TOKENS)]
+    for entry in keys:
+        if entry["key"] == "tokenizer.ggml.tokens":
+            entry["value"] = [*entry["value"], *ADDED_TOKENS]
+        elif entry["key"] == "tokenizer.ggml.token_type":
+            entry["value"] = [*entry["value"], *[int(gguf.TokenType.CONTROL)] * len(ADDED_TOKENS)]
+        elif entry["key"] == "tokenizer.ggml.scores":
+            entry["value"] = [*entry["value"], *[0.0] * len(ADDED_TOKENS)]
     return keys
 
 
-def random_hf_model(out: Path, keys: list[dict[str, Any]], seed: int) -> None:
+def write_processor(out: Path, model: Path) -> int:
+    """The tokenizer (SmolLM2's, read from its GGUF, with `ADDED_TOKENS`), the chat template
+    and the processor's config; the id of `<image>`."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model.parent, gguf_file=model.name)
+    base = len(tokenizer)
+    tokenizer.add_tokens(ADDED_TOKENS, special_tokens=True)
+    if tokenizer.convert_tokens_to_ids(ADDED_TOKENS) != list(range(base, base + len(ADDED_TOKENS))):
+        raise SystemExit("the added tokens did not take the ids after the vocabulary, as the GGUF's do")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(out)
+    processor = {"processor_class": "Idefics3Processor", "image_seq_len": image_tokens()}
+    (out / "processor_config.json").write_text(json.dumps(processor, indent=2))
+    return int(tokenizer.convert_tokens_to_ids("<image>"))
+
+
+def random_hf_model(out: Path, keys: list[dict[str, Any]], image_token_id: int, seed: int) -> None:
     """A SmolVLM of the shapes above in transformers' random init (float32), and the
-    preprocessor config llama.cpp reads the image size and normalisation from."""
+    preprocessor config llama.cpp (and the processor) read the image size and normalisation
+    from."""
     import torch
     from transformers import SmolVLMConfig, SmolVLMForConditionalGeneration
 
@@ -116,9 +134,8 @@ def random_hf_model(out: Path, keys: list[dict[str, Any]], seed: int) -> None:
         "eos_token_id": values["tokenizer.ggml.eos_token_id"],
         "model_type": "llama",
     }
-    image_token = values["tokenizer.ggml.tokens"].index("<image>")
     config = SmolVLMConfig(
-        vision_config=VISION, text_config=text, scale_factor=SCALE_FACTOR, image_token_id=image_token
+        vision_config=VISION, text_config=text, scale_factor=SCALE_FACTOR, image_token_id=image_token_id
     )
     torch.manual_seed(seed)
     SmolVLMForConditionalGeneration(config).save_pretrained(out)
@@ -182,14 +199,21 @@ def main(argv: list[str] | None = None) -> None:
     llama_cpp = llama_cpp_source(args.llama_cpp)
     keys = tokenizer_keys(llama_cpp, embedded_model())
     hf_dir = args.out / "hf"
-    random_hf_model(hf_dir, keys, args.seed)
+    hf_dir.mkdir(parents=True, exist_ok=True)
+    image_token_id = write_processor(hf_dir, embedded_model())
+    random_hf_model(hf_dir, keys, image_token_id, args.seed)
     written = [hf_dir]
     if not args.no_gguf:
         text, mmproj = args.out / "vision-f16.gguf", args.out / "mmproj-vision-f16.gguf"
         convert_text(llama_cpp, hf_dir, keys, text)
         convert_mmproj(llama_cpp, hf_dir, mmproj)
         written += [text, mmproj]
-    print(json.dumps({"written": [str(p) for p in written], "image_tokens": image_tokens()}))
+    summary = {
+        "written": [str(p) for p in written],
+        "image_tokens": image_tokens(),
+        "image_wrapper": IMAGE_WRAPPER,
+    }
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import io
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from llmflow.engines.encoded_images import EncodedImages
 from llmflow.errors import EngineFailed, InvalidParams, InvalidRequest
 from llmflow.media.prompt import ImageCacheStats, MediaPrompt, PromptImage, image_ids
 from llmflow.types import Image
@@ -86,10 +86,10 @@ class Projector:
         #: the model attends to an image's positions all at once (Gemma 3): evaluated in one pass
         self.non_causal = bool(mtmd.mtmd_decode_use_non_causal(self._ctx, None))
         self._lock = threading.RLock()
-        self._encoded = EncodedImages(options.cache_bytes)
+        self._encoded: EncodedImages[np.ndarray] = EncodedImages(options.cache_bytes)
 
     @property
-    def encoded(self) -> EncodedImages:
+    def encoded(self) -> EncodedImages[np.ndarray]:
         return self._encoded
 
     def tokenize(self, text: str, images: Sequence[Image], field: str = "messages") -> MediaPrompt:
@@ -267,42 +267,3 @@ def _bitmap(mtmd: Any, image: Image) -> Any:
     bitmap = mtmd.mtmd_bitmap_init(rgb.width, rgb.height, buffer)
     mtmd.mtmd_bitmap_set_id(bitmap, image.sha256.encode())
     return bitmap
-
-
-class EncodedImages:
-    """Encoded image chunks (float32 embeddings) by (image hash, chunk), least recently used
-    dropped first past `budget` bytes; counts its hits and misses."""
-
-    def __init__(self, budget: int):
-        self.budget = budget
-        self._items: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-        self.bytes = 0
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: tuple[str, int]) -> np.ndarray | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return found
-
-    def stats(self) -> ImageCacheStats:
-        with self._lock:
-            return ImageCacheStats(encoded=self.misses, reused=self.hits, bytes=self.bytes)
-
-    def put(self, key: tuple[str, int], embd: np.ndarray) -> None:
-        if embd.nbytes > self.budget:
-            return
-        with self._lock:
-            old = self._items.pop(key, None)
-            self.bytes -= old.nbytes if old is not None else 0
-            self._items[key] = embd
-            self.bytes += embd.nbytes
-            while self.bytes > self.budget:
-                _, dropped = self._items.popitem(last=False)
-                self.bytes -= dropped.nbytes

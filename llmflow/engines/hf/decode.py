@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 
 
 class Runner(Protocol):
-    def start(self, prompt: Any) -> Any:
-        """Prefill a [1, n] prompt into a clean cache; logits [vocab] of the last position."""
+    def start(self, prompt: Any, embeds: Any = None) -> Any:
+        """Prefill a [1, n] prompt into a clean cache (`embeds`, [1, n, hidden]: its embeddings,
+        a prompt with images); logits [vocab] of the last position."""
         ...
 
     def step(self, token: Any) -> Any:
@@ -57,9 +58,9 @@ class DynamicRunner:
         self._keyword = cache_keyword(model)
         self._cache: Any = None
 
-    def start(self, prompt: Any) -> Any:
+    def start(self, prompt: Any, embeds: Any = None) -> Any:
         self._cache = self._new_cache()
-        return self._forward(prompt)
+        return self._forward(prompt, embeds)
 
     def step(self, token: Any) -> Any:
         return self._forward(token.view(1, 1))
@@ -67,9 +68,11 @@ class DynamicRunner:
     def finish(self) -> None:
         self._cache = None
 
-    def _forward(self, ids: Any) -> Any:
+    def _forward(self, ids: Any, embeds: Any = None) -> Any:
         with self._torch.inference_mode():
-            out = self._model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._keyword: self._cache})
+            out = self._model(
+                **_inputs(ids, embeds), use_cache=True, logits_to_keep=1, **{self._keyword: self._cache}
+            )
         return out.logits[0, -1]
 
 
@@ -113,11 +116,11 @@ class StaticRunner:
             self._capture(token.view(1, 1))
         self.finish()
 
-    def start(self, prompt: Any) -> Any:
+    def start(self, prompt: Any, embeds: Any = None) -> Any:
         with self._torch.inference_mode():
             self._cache.reset()
             out = self._model(
-                input_ids=prompt, use_cache=True, logits_to_keep=1, **{self._keyword: self._cache}
+                **_inputs(prompt, embeds), use_cache=True, logits_to_keep=1, **{self._keyword: self._cache}
             )
         return out.logits[0, -1]
 
@@ -159,6 +162,11 @@ class StaticRunner:
         self._graph, self._graph_ids, self._graph_logits = graph, static_ids, logits
 
 
+def _inputs(ids: Any, embeds: Any) -> dict[str, Any]:
+    """A forward pass's input: the ids, or their embeddings where the caller made them."""
+    return {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
+
+
 class _HostToken:
     """Copies a token to the host without waiting for work queued after it (CUDA)."""
 
@@ -184,15 +192,17 @@ def decode_tokens(
     *,
     pipelined: bool,
     logprobs: int | None = None,
+    embeds: Any = None,
 ) -> Iterator[int]:
     """Yield up to `limit` sampled token ids; stop between two tokens on cancel or close. With
-    `logprobs`, each as a `ScoredToken` (see `llmflow.engines.logprobs`; not pipelined then)."""
+    `logprobs`, each as a `ScoredToken` (see `llmflow.engines.logprobs`; not pipelined then).
+    `embeds`: the prompt's embeddings, prefilled instead of its ids (a prompt with images)."""
     import torch
 
     host = _HostToken(torch) if pipelined and logprobs is None else None
     try:
         with torch.inference_mode():
-            logits = runner.start(prompt)
+            logits = runner.start(prompt, embeds)
             token = sampler(logits)
         for produced in range(1, limit + 1):
             ahead = host is not None and produced < limit

@@ -1,5 +1,6 @@
 """The transformers engine: Hugging Face model directories (config.json, safetensors, tokenizer)
-on the CPU or a CUDA GPU."""
+on the CPU or a CUDA GPU. A vision-language model's directory (image-text-to-text) loads with its
+processor, and its prompts may hold images (`llmflow.engines.hf.vision`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from typing import Any, ClassVar, Literal
 
 from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine, TokenRequest
+from llmflow.engines.encoded_images import EncodedImages
 from llmflow.engines.hf.adapters import PeftAdapters
 from llmflow.engines.hf.options import Placement, TransformersOptions, resolve
+from llmflow.engines.hf.vision import VisionInputs, is_vision_model, why_no_images
 from llmflow.engines.lora import adapter_key, with_adapters
-from llmflow.errors import EngineUnavailable, InvalidParams, InvalidRequest, ModelNotFound
+from llmflow.errors import EngineUnavailable, InvalidParams, InvalidRequest, ModelNotFound, UnsupportedInput
+from llmflow.media.prompt import media_images
 from llmflow.streaming.detokenizer import Detokenizer
-from llmflow.types import TemplateText
+from llmflow.types import Image, TemplateText
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +29,9 @@ INSTALL_HINT = "pip install 'llmflow[transformers]'"
 
 
 class TransformersEngine(Engine):
-    """A causal LM and its tokenizer. One stream at a time on llmflow's own decode loop, or many
-    at once through transformers' continuous batching (`continuous_batching=True`)."""
+    """A causal LM and its tokenizer (a vision-language model: and its processor). One stream at
+    a time on llmflow's own decode loop, or many at once through transformers' continuous
+    batching (`continuous_batching=True`, text only)."""
 
     name: ClassVar[str] = "transformers"
     pip_packages: ClassVar[tuple[str, ...]] = ("torch", "transformers")
@@ -35,8 +40,11 @@ class TransformersEngine(Engine):
     scores_tokens: ClassVar[bool] = True
     lora_format: ClassVar[Literal["gguf", "peft"] | None] = "peft"
 
-    def __init__(self, model: Any, tokenizer: Any, options: TransformersOptions, model_name: str):
+    def __init__(
+        self, model: Any, tokenizer: Any, options: TransformersOptions, model_name: str, processor: Any = None
+    ):
         self._model = model
+        self._processor = processor
         self._tokenizer = tokenizer
         self._backend = getattr(tokenizer, "backend_tokenizer", None)
         self.options = options
@@ -49,6 +57,7 @@ class TransformersEngine(Engine):
         self._runner: Any = None
         self._batcher: Any = None
         self._adapters = PeftAdapters(model)
+        self._vision = _vision_inputs(model, processor, options, model_name)
         if options.continuous_batching:
             self._start_batching()
         else:
@@ -71,15 +80,23 @@ class TransformersEngine(Engine):
         if parsed.lora:
             _check_adapters_allowed(parsed, placement)
         extra = {"attn_implementation": parsed.attn_implementation} if parsed.attn_implementation else {}
+        remote = parsed.trust_remote_code
+        processor = None
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=parsed.trust_remote_code)
-            model = AutoModelForCausalLM.from_pretrained(
-                path, dtype=placement.dtype, trust_remote_code=parsed.trust_remote_code, **extra
-            )
-        except (OSError, ValueError) as exc:
+            if is_vision_model(path):
+                from transformers import AutoModelForImageTextToText, AutoProcessor
+
+                processor = AutoProcessor.from_pretrained(path, trust_remote_code=remote)
+                tokenizer = processor.tokenizer
+                auto: Any = AutoModelForImageTextToText
+            else:
+                tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote)
+                auto = AutoModelForCausalLM
+            model = auto.from_pretrained(path, dtype=placement.dtype, trust_remote_code=remote, **extra)
+        except (OSError, ValueError, ImportError) as exc:
             raise ModelNotFound(f"transformers could not load {str(path)!r}: {exc}") from None
         model.to(placement.device).eval()
-        return with_adapters(cls(model, tokenizer, parsed, path.name), parsed.lora)
+        return with_adapters(cls(model, tokenizer, parsed, path.name, processor), parsed.lora)
 
     @classmethod
     def from_model(
@@ -95,6 +112,17 @@ class TransformersEngine(Engine):
     @property
     def model_name(self) -> str:
         return self._name
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        """Images too for a vision-language model on llmflow's own decode loop (continuous
+        batching takes token ids alone)."""
+        return ("text", "image") if self._vision is not None and self._batcher is None else ("text",)
+
+    @property
+    def encoded_images(self) -> EncodedImages[Any] | None:
+        """A vision model's encoded images kept by hash (their hits and misses); None otherwise."""
+        return None if self._vision is None else self._vision.encoded
 
     @property
     def max_concurrency(self) -> int:
@@ -127,11 +155,21 @@ class TransformersEngine(Engine):
         self._adapters.unload(name)
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        add = add_special and self._add_special
-        add = add and not (self._bos_text and text.startswith(self._bos_text))
+        add = add_special and self._adds_special(text)
         if self._backend is not None and parse_special:
             return self._backend.encode(text, add_special_tokens=add).ids
         return self._tokenizer.encode(text, add_special_tokens=add, split_special_tokens=not parse_special)
+
+    def _adds_special(self, text: str) -> bool:
+        """Whether a rendered prompt gets the model's BOS (it wants one, and the text has none)."""
+        return self._add_special and not (self._bos_text and text.startswith(self._bos_text))
+
+    def tokenize_prompt(self, text: str, images: Sequence[Image]) -> Sequence[int]:
+        if not images or self._vision is None:
+            return super().tokenize_prompt(text, images)
+        if self._batcher is not None:
+            raise _batching_refuses(images[0].field)
+        return self._vision.tokenize(text, images, add_special=self._adds_special(text))
 
     @property
     def n_vocab(self) -> int:
@@ -147,6 +185,8 @@ class TransformersEngine(Engine):
 
     def template_text(self) -> TemplateText:
         source = self._tokenizer.chat_template
+        if not source and self._processor is not None:  # a vision model's template is its processor's
+            source = self._processor.chat_template
         if isinstance(source, dict):  # several named templates: the default one
             source = source.get("default")
         eos_text = self._tokenizer.eos_token or ""
@@ -164,6 +204,9 @@ class TransformersEngine(Engine):
     def tokens(self, request: TokenRequest) -> Iterator[int]:
         if self._batcher is None:
             return self._decode(request)
+        images = media_images(request.prompt_ids)
+        if images:  # transformers' manager takes token ids alone
+            raise _batching_refuses(images[0].image.field)
         if request.constraint is not None:  # transformers' manager samples inside; nothing to mask
             raise InvalidRequest.single(
                 "constraint",
@@ -213,7 +256,11 @@ class TransformersEngine(Engine):
         from llmflow.engines.hf.sampling import Sampler
 
         with self._adapters.using(adapter_key(request.params.lora, request.params.lora_scale)):
-            prompt = as_prompt(request.prompt_ids, self.placement.device)
+            embeds = None
+            if self._vision is not None and media_images(request.prompt_ids):
+                prompt, embeds = self._vision.prompt_inputs(request.prompt_ids, self.placement.device)
+            else:
+                prompt = as_prompt(request.prompt_ids, self.placement.device)
             sampler = Sampler(request.params, prompt[0], request.limit, request.constraint)
             yield from decode_tokens(
                 self._runner,
@@ -223,6 +270,7 @@ class TransformersEngine(Engine):
                 request.cancel,
                 pipelined=self.placement.on_cuda,
                 logprobs=request.params.logprobs,
+                embeds=embeds,
             )
 
     def _make_runner(self) -> Any:
@@ -262,6 +310,29 @@ class TransformersEngine(Engine):
             sampling=options.batch_sampling,
             page_size=options.batch_page_size,
         )
+
+
+def _vision_inputs(
+    model: Any, processor: Any, options: TransformersOptions, model_name: str
+) -> VisionInputs | None:
+    """How a vision-language model reads images; None for a text model, or (logged) one whose
+    images cannot reach it here: it then serves text."""
+    if processor is None:
+        return None
+    reason = why_no_images(model, processor)
+    if reason is not None:
+        log.warning("%s reads text only here: %s", model_name, reason)
+        return None
+    if options.continuous_batching:
+        log.warning("%s reads text only under continuous batching, which takes token ids alone", model_name)
+    return VisionInputs(model, processor, options.image_cache_mib << 20)
+
+
+def _batching_refuses(field: str) -> UnsupportedInput:
+    return UnsupportedInput(
+        field,
+        "continuous batching (continuous_batching) reads no images; load the model without it for images",
+    )
 
 
 def _check_adapters_allowed(options: TransformersOptions, placement: Placement) -> None:

@@ -70,6 +70,12 @@ class TransformersOptions(EngineOptions):
     ignore_eos: bool = Field(
         False, description="never sample EOS: every answer runs to max_tokens (benchmarks)"
     )
+    image_cache_mib: int = Field(
+        256,
+        ge=0,
+        description="a vision model's encoded images kept by hash, in MiB: a resent image is not "
+        "encoded again",
+    )
     trust_remote_code: bool = False
     lora: dict[str, str] = Field(
         default_factory=dict,
