@@ -9,8 +9,10 @@ the text model's GGUF and its `mmproj` projector GGUF, as a downloaded vision mo
 Writes `OUT_DIR/hf/` (config.json, model.safetensors, preprocessor_config.json),
 `OUT_DIR/vision-f16.gguf` and `OUT_DIR/mmproj-vision-f16.gguf`. An image becomes
 `(IMAGE_SIZE / PATCH_SIZE)**2 / SCALE_FACTOR**2` tokens of the text model (4 here), the count a
-test can check. `--llama-cpp`: a llama.cpp source tree (default: $LLAMA_CPP_SRC, else
-llama-cpp-python's sdist, as `make_lora.py` finds it). Needs torch, transformers and safetensors.
+test can check. Its vocabulary is the embedded SmolLM2's and the special tokens SmolVLM adds for
+the markup llama.cpp's projector writes around each image (`IMAGE_MARKUP`). `--llama-cpp`: a
+llama.cpp source tree (default: $LLAMA_CPP_SRC, else llama-cpp-python's sdist, as `make_lora.py`
+finds it). Needs torch, transformers and safetensors.
 Loading the pair in llama.cpp needs its multimodal library (`mtmd`), which llmflow's build leaves
 out for now (`scripts/build_llama_cpp.py`: LLAVA_BUILD=OFF).
 """
@@ -53,13 +55,21 @@ TEXT = {
 }
 
 
+#: the special tokens SmolVLM's vocabulary adds, which llama.cpp's Idefics3 projector writes around
+#: every image (looked up by text: a vocabulary without them gets no id for them)
+IMAGE_MARKUP = ("<fake_token_around_image>", "<global-img>", "<image>")
+#: llama.cpp's token type of a control token
+CONTROL = 3
+
+
 def image_tokens() -> int:
     """The text-model tokens one image becomes."""
     return (IMAGE_SIZE // PATCH_SIZE) ** 2 // SCALE_FACTOR**2
 
 
 def tokenizer_keys(llama_cpp: Path, model: Path) -> list[dict[str, Any]]:
-    """Every `tokenizer.*` key of the embedded model's GGUF, with its value types."""
+    """Every `tokenizer.*` key of the embedded model's GGUF, with its value types, and
+    `IMAGE_MARKUP` appended to its vocabulary as control tokens."""
     sys.path.insert(0, str(llama_cpp / "gguf-py"))
     import gguf
 
@@ -71,6 +81,9 @@ def tokenizer_keys(llama_cpp: Path, model: Path) -> list[dict[str, Any]]:
             sub = field.types[-1] if main == gguf.GGUFValueType.ARRAY else None
             keys.append({"key": field.name, "type": main.name, "sub_type": sub and sub.name})
             keys[-1]["value"] = field.contents()
+    values = {k["key"]: k for k in keys}
+    values["tokenizer.ggml.tokens"]["value"] += list(IMAGE_MARKUP)
+    values["tokenizer.ggml.token_type"]["value"] += [CONTROL] * len(IMAGE_MARKUP)
     return keys
 
 
@@ -89,8 +102,9 @@ def random_hf_model(out: Path, keys: list[dict[str, Any]], seed: int) -> None:
         "eos_token_id": values["tokenizer.ggml.eos_token_id"],
         "model_type": "llama",
     }
+    image_token = values["tokenizer.ggml.tokens"].index("<image>")
     config = SmolVLMConfig(
-        vision_config=VISION, text_config=text, scale_factor=SCALE_FACTOR, image_token_id=vocab - 1
+        vision_config=VISION, text_config=text, scale_factor=SCALE_FACTOR, image_token_id=image_token
     )
     torch.manual_seed(seed)
     SmolVLMForConditionalGeneration(config).save_pretrained(out)

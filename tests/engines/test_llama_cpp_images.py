@@ -28,3 +28,37 @@ def test_the_batching_engine_refuses_a_projector():
     with pytest.raises(InvalidParams) as error:
         LLM.load(engine="llama_cpp_batched", engine_options={"mmproj": str(default_model_path())})
     assert error.value.problems[0].field == "mmproj"
+
+
+def test_an_image_reaches_the_model_and_a_resent_one_is_not_encoded_again(vision_model):
+    """The tiny vision model and its projector: an image takes positions of the prompt (its
+    chunks and the markup the projector writes around them), and the same image in another
+    conversation comes from the encoded-image cache."""
+    from tests.media.images import data_uri, image_bytes
+
+    try:
+        import llama_cpp.mtmd_cpp  # noqa: F401
+    except (ImportError, OSError, RuntimeError):
+        pytest.skip("this llama.cpp build has no multimodal library (LLAVA_BUILD=ON)")
+    folder, summary = vision_model
+    options = {"n_ctx": 512, "mmproj": str(folder / "mmproj-vision-f16.gguf")}
+    llm = LLM.load(str(folder / "vision-f16.gguf"), engine="llama_cpp", engine_options=options)
+
+    def ask(text: str, image: bytes | None):
+        parts: list[dict] = [{"type": "text", "text": text}]
+        if image is not None:
+            parts.append({"type": "image_url", "image_url": {"url": data_uri(image)}})
+        return llm.generate([{"role": "user", "content": parts}], {"max_tokens": 2, "temperature": 0})
+
+    try:
+        assert llm.engine.input_modalities == ("text", "image")
+        image = image_bytes(size=(64, 64))
+        plain, seen = ask("What is this?", None), ask("What is this?", image)
+        assert seen.usage.prompt_tokens - plain.usage.prompt_tokens >= summary["image_tokens"]
+        encoded = llm.engine._projector.encoded
+        misses = encoded.misses
+        assert misses >= 1 and encoded.hits == 0
+        ask("Name it.", image)
+        assert encoded.hits == misses and encoded.misses == misses
+    finally:
+        llm.close()
