@@ -15,8 +15,8 @@ test can check, which the processor wraps in `IMAGE_WRAPPER` more tokens (3 here
 is Idefics3's: SmolVLM's own expands an image the same way, and adds video, which needs
 `num2words`. `--llama-cpp`: a llama.cpp source tree (default: $LLAMA_CPP_SRC, else
 llama-cpp-python's sdist, as `make_lora.py` finds it). Needs torch, transformers and safetensors.
-Loading the pair in llama.cpp needs its multimodal library (`mtmd`), which llmflow's build leaves
-out for now (`scripts/build_llama_cpp.py`: LLAVA_BUILD=OFF).
+Loading the pair in llama.cpp needs its multimodal library (`mtmd`), which llmflow's build
+carries (`scripts/build_llama_cpp.py`: LLAVA_BUILD=ON).
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 # llama.cpp with CUDA for one GPU machine, from the llama.cpp source that the pinned
 # llama-cpp-python sdist vendors: llama-cpp-python itself and llama.cpp's own tools
 # (llama-server, llama-batched-bench, llama-bench, llama-quantize) come out of ONE CMake build,
-# so the engine and its peer run the same ggml with the same flags.
+# so the engine and its peer run the same ggml with the same flags. The tools build llama.cpp's
+# multimodal library (libmtmd) for llama-server's --mmproj; the build leaves it in the Python
+# package's lib/ too, where `llama_cpp.mtmd_cpp` loads it (llmflow's engine option `mmproj`).
 #
 #   build_llama_cpp.sh strip SDIST_DIR DEST    # here: a copy without what this build never reads
 #   build_llama_cpp.sh build SRC PREFIX        # there: PREFIX/site (Python package), PREFIX/bin
@@ -22,8 +24,10 @@ CMAKE_FLAGS=(
     -DLLAMA_BUILD_TOOLS=ON
     -DLLAMA_BUILD_SERVER=ON
     # the tools build libmtmd themselves: llama-cpp-python must not add it a second time
+    # (install_mtmd puts the tools' copy where the package looks for it)
     -DLLAVA_BUILD=OFF
 )
+# llama-server reads images itself (--mmproj): no other multimodal tool is needed
 TOOLS=(llama-server llama-batched-bench llama-bench llama-quantize)
 
 strip_source() {
@@ -34,6 +38,8 @@ strip_source() {
     rm -rf "$dest"/{.git,.github,docs,examples,tests,docker}
     local cpp=$dest/vendor/llama.cpp
     rm -rf "$cpp"/{.git,.github,docs,models,examples,tests,benches,media,pocs}
+    # the multimodal library's sample image, sound and video
+    rm -f "$cpp"/tools/mtmd/test-*.{jpeg,mp3,mp4}
     # the web UI's sources (its CMake file and templates stay): the server then embeds no UI
     find "$cpp/tools/ui" -mindepth 1 -maxdepth 1 ! -name CMakeLists.txt ! -name '*.in' -exec rm -rf {} +
     for backend in "$cpp"/ggml/src/ggml-*/; do
@@ -61,7 +67,25 @@ build() {
         [[ -n $found ]] || { echo "no $tool in the build" >&2; exit 1; }
         ln -sf "$found" "$prefix/bin/$tool"
     done
-    echo "built llama-cpp-python and ${TOOLS[*]} in $((SECONDS - started)) s"
+    install_mtmd "$prefix"
+    echo "built llama-cpp-python, libmtmd and ${TOOLS[*]} in $((SECONDS - started)) s"
+}
+
+install_mtmd() {
+    # libmtmd.so and its versioned names (links kept as links) beside libllama.so: its libllama
+    # and libggml are found by their sonames among those the package has already loaded
+    local prefix=$1 lib=$1/site/llama_cpp/lib
+    local files
+    mapfile -t files < <(find "$prefix/build" -name 'libmtmd.so*' \( -type f -o -type l \))
+    ((${#files[@]})) || { echo "no libmtmd in the build" >&2; exit 1; }
+    cp -P "${files[@]}" "$lib"/
+    # loaded as `llama_cpp.mtmd_cpp` loads it, after the package's own libraries (the package
+    # itself imports what the wheels bring, which come later)
+    LD_PRELOAD=$("${CXX:-g++}" -print-file-name=libstdc++.so.6) python3 -c '
+import ctypes, sys
+for name in ("libggml-base.so", "libggml.so", "libllama.so", "libmtmd.so"):
+    ctypes.CDLL(f"{sys.argv[1]}/{name}")
+' "$lib" || { echo "libmtmd.so does not load beside libllama.so" >&2; exit 1; }
 }
 
 case ${1:-} in

@@ -9,6 +9,13 @@ Two steps, because the machine with the GPU has no embedded model and carries li
     python benchmarks/gpu/make_gguf.py model LLAMA_CPP_SRC out/tokenizer.json OUT_DIR \
         --shape llama3-8b --quantize-with BIN/llama-quantize --types Q4_K_M
 
+The f16 file needs no llama.cpp build (only its source tree's Python), so it can be made while
+the build runs, and the same command run again once `llama-quantize` exists only quantizes.
+
+A file to carry can be made smaller here (e.g. the tiny vision model's text model):
+
+    python benchmarks/gpu/make_gguf.py quantize vision/vision-f16.gguf vision/vision-Q8_0.gguf
+
 LLAMA_CPP_SRC is a llama.cpp source tree (the one llama-cpp-python was built from): its
 `convert_hf_to_gguf.py` writes the f16 file, with the tokenizer taken from the JSON instead of
 Hugging Face tokenizer files.
@@ -100,27 +107,52 @@ def convert(llama_cpp_src: Path, hf_dir: Path, tokenizer: list[dict[str, Any]], 
 
 
 def make_model(args: argparse.Namespace) -> None:
+    """The f16 file (kept when it is there already), then each quantized copy not there yet: a
+    step cut short leaves no file behind (written under a temporary name, renamed when done), so
+    running it again finishes the work."""
     tokenizer = json.loads(args.tokenizer.read_text())
     values = {e["key"]: e["value"] for e in tokenizer}
     vocab_size = len(values["tokenizer.ggml.tokens"])
     args.out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
-    hf_dir = args.out / f"{args.shape}-hf"
     f16 = args.out / f"{args.shape}-f16.gguf"
-    started = time.perf_counter()
-    bos, eos = values["tokenizer.ggml.bos_token_id"], values["tokenizer.ggml.eos_token_id"]
-    random_hf_model(args.shape, vocab_size, bos, eos, hf_dir, args.seed)
-    timings["random_init_and_save_s"] = time.perf_counter() - started
-    started = time.perf_counter()
-    convert(args.llama_cpp_src, hf_dir, tokenizer, f16)
-    timings["convert_f16_s"] = time.perf_counter() - started
-    subprocess.run(["rm", "-rf", str(hf_dir)], check=True)
-    for quant in args.types:
+    if not f16.exists():
+        hf_dir = args.out / f"{args.shape}-hf"
+        partial = f16.with_suffix(".part")
         started = time.perf_counter()
+        bos, eos = values["tokenizer.ggml.bos_token_id"], values["tokenizer.ggml.eos_token_id"]
+        random_hf_model(args.shape, vocab_size, bos, eos, hf_dir, args.seed)
+        timings["random_init_and_save_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        convert(args.llama_cpp_src, hf_dir, tokenizer, partial)
+        partial.rename(f16)
+        timings["convert_f16_s"] = time.perf_counter() - started
+        subprocess.run(["rm", "-rf", str(hf_dir)], check=True)
+    for quant in args.types:
         target = args.out / f"{args.shape}-{quant}.gguf"
-        subprocess.run([str(args.quantize_with), str(f16), str(target), quant], check=True)
+        if target.exists():
+            continue
+        partial = target.with_suffix(".part")
+        started = time.perf_counter()
+        subprocess.run([str(args.quantize_with), str(f16), str(partial), quant], check=True)
+        partial.rename(target)
         timings[f"quantize_{quant}_s"] = time.perf_counter() - started
-    print(json.dumps({"shape": args.shape, "vocab_size": vocab_size, **timings}))
+    print(json.dumps({"shape": args.shape, "vocab_size": vocab_size, **timings}), flush=True)
+
+
+def quantize_here(source: Path, target: Path, kind: str) -> None:
+    """`source` quantized by the installed llama-cpp-python (no llama.cpp tools needed), e.g. a
+    small model's f16 file made smaller to carry."""
+    import ctypes
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind}")
+    status = llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params))
+    if status != 0:
+        raise SystemExit(f"llama.cpp could not quantize {source} to {kind} (status {status})")
+    print(f"{source.name} -> {target} ({target.stat().st_size} bytes)")
 
 
 def main() -> None:
@@ -138,9 +170,15 @@ def main() -> None:
     model.add_argument("--quantize-with", type=Path, help="the llama-quantize binary")
     model.add_argument("--types", nargs="*", default=[], help="quantization types, e.g. Q4_K_M")
     model.add_argument("--seed", type=int, default=0)
+    shrink = steps.add_parser("quantize", help="quantize a GGUF with the installed llama-cpp-python")
+    shrink.add_argument("source", type=Path)
+    shrink.add_argument("target", type=Path)
+    shrink.add_argument("--type", default="Q8_0", help="a llama_ftype name without LLAMA_FTYPE_MOSTLY_")
     args = parser.parse_args()
     if args.step == "tokenizer":
         extract_tokenizer(args.llama_cpp_src, args.out, args.source)
+    elif args.step == "quantize":
+        quantize_here(args.source, args.target, args.type)
     else:
         if args.types and args.quantize_with is None:
             parser.error("--types needs --quantize-with")

@@ -4,6 +4,18 @@
 #
 #   run_h200.sh build  SRC WORK          # llama-cpp-python + llama.cpp tools with CUDA (~4 min)
 #   run_h200.sh models SRC TOKENIZER WORK # random Llama-3-8B shape: f16 + Q4_K_M; SmolLM2 shape: Q4_1
+#                                        # (the f16 files need no build: they are made first, the
+#                                        # quantized ones once llama-quantize is there)
+#   run_h200.sh prepare SRC TOKENIZER WHEELS WORK  # build + wheels, the models made beside the build
+#                                        # in the background (WORK/models.log); returns when they
+#                                        # are done or when WAIT_UNTIL_S (default 480) s have passed
+#   run_h200.sh measure SRC TOKENIZER WORK OUT  # after prepare, into OUT: images_cuda.json
+#                                        # (check_images_cuda.py), then, the models awaited (made
+#                                        # here if no one makes them; at most MODELS_WAIT_S, default
+#                                        # 330 s), serving64.json: llmflow serve and the in-process
+#                                        # engine at 64 streams against llama-server, Q4_K_M, rounds
+#                                        # begun within BUDGET_S (default 200) s; COMMIT: the commit
+#                                        # to record when the checkout has no .git
 #   run_h200.sh conformance WORK LOGDIR  # tests/conformance on the GPU, the SmolLM2 shape standing in
 #                                        # for the embedded model
 #   run_h200.sh wheels WHEELS WORK       # llmflow serve's own dependencies (server_wheels.sh) into
@@ -14,6 +26,12 @@
 #   run_h200.sh engines WHEELS WORK LOGDIR  # the transformers and ExLlamaV2 engines' GPU tests (their
 #                                        # conformance, structured output, logprobs); needs no build
 #
+# Two commands on one machine (each well under 10 minutes; WORK kept between them), with
+# build/gpu holding src/, tokenizer.json, wheels/ and vision/ (scripts/make_vision_model.py's
+# projector and text model, the latter maybe quantized with make_gguf.py quantize):
+#   bash benchmarks/gpu/run_h200.sh prepare build/gpu/src build/gpu/tokenizer.json build/gpu/wheels /tmp/w
+#   bash benchmarks/gpu/run_h200.sh measure build/gpu/src build/gpu/tokenizer.json /tmp/w "$OUT"
+#
 # SRC: the stripped llama-cpp-python sdist (build_llama_cpp.sh strip); TOKENIZER: the JSON of
 # make_gguf.py tokenizer. Expects PYTHONPATH to hold this checkout and any carried wheels.
 # WORK is best outside the checkout (e.g. /tmp/w), so that cleaning or copying the checkout
@@ -21,6 +39,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+self=$here/$(basename "$0")
 
 with_build() {
     local work=$1
@@ -39,11 +58,76 @@ case $1 in
     models)
         src=$2/vendor/llama.cpp tokenizer=$3 work=$4
         with_build "$work"
+        # the build and the wheels may be installing into WORK/site meanwhile: nothing here reads it
+        export PYTHONPATH=$root
+        started=$SECONDS
+        mkdir -p "$work/models"
+        rm -f "$work/models/.done"
+        echo $$ >"$work/models.pid"
+        for shape in smollm2-135m llama3-8b; do
+            python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape "$shape"
+        done
+        echo "f16 files after $((SECONDS - started)) s"
+        # a build running beside this one links llama-quantize last: wait for it (at most 15 min)
+        for _ in $(seq 900); do
+            [[ -x $work/bin/llama-quantize ]] && break
+            sleep 1
+        done
         python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape smollm2-135m \
             --quantize-with "$work/bin/llama-quantize" --types Q4_1
         python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape llama3-8b \
             --quantize-with "$work/bin/llama-quantize" --types Q4_K_M
         ls -la "$work/models"
+        echo "models made in $((SECONDS - started)) s"
+        touch "$work/models/.done"
+        ;;
+    prepare)
+        src=$2 tokenizer=$3 wheels=$4 work=$5
+        mkdir -p "$work"
+        # its own session, so that it outlives this command if the models take longer
+        rm -f "$work/models/.done" "$work/models.pid"
+        setsid nohup bash "$self" models "$src" "$tokenizer" "$work" >"$work/models.log" 2>&1 </dev/null &
+        bash "$self" build "$src" "$work"
+        bash "$self" wheels "$wheels" "$work"
+        (with_build "$work" && python3 -c "import llama_cpp.mtmd_cpp, PIL; print('llama_cpp.mtmd_cpp and PIL load')") ||
+            echo "llama_cpp.mtmd_cpp or PIL does not load: the image check will fail"
+        while [[ ! -e $work/models/.done ]] && ((SECONDS < ${WAIT_UNTIL_S:-480})); do
+            sleep 5
+        done
+        tail -n 20 "$work/models.log"
+        [[ -e $work/models/.done ]] || echo "the models are still being made: measure waits for them"
+        ;;
+    measure)
+        src=$2 tokenizer=$3 work=$4 out=$5
+        mkdir -p "$out"
+        failed=0
+        # the image check needs none of the models: it runs while they may still be made
+        for engine in llama_cpp llama_cpp_batched; do
+            (with_build "$work" && cd "$root" &&
+                python3 "$here/check_images_cuda.py" --engine $engine --out "$out/images_cuda_$engine.json") ||
+                failed=1
+        done
+        while [[ ! -e $work/models/.done ]] && ((SECONDS < ${MODELS_WAIT_S:-330})); do
+            if ! kill -0 "$(cat "$work/models.pid" 2>/dev/null)" 2>/dev/null; then
+                echo "no model maker running: making what is missing now"
+                bash "$self" models "$src" "$tokenizer" "$work" >>"$work/models.log" 2>&1 || true
+                break
+            fi
+            sleep 2
+        done
+        [[ -e $work/models/.done ]] && echo "models ready after $SECONDS s" ||
+            echo "models not ready after $SECONDS s: see models.log"
+        cp "$work/models.log" "$out/models.log" || true
+        with_build "$work"
+        cd "$root"
+        commit=${COMMIT:-$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)}
+        python3 "$here/bench_llama_cpp_gpu.py" --bin "$work/bin" \
+            --model "Q4_K_M=$work/models/llama3-8b-Q4_K_M.gguf" \
+            --tokenizer "$work/models/smollm2-135m-Q4_1.gguf" --concurrency 64 --rounds 3 \
+            --skip batched_bench --budget-s "${BUDGET_S:-200}" --commit "$commit" \
+            --out "$out/serving64.json" || failed=1
+        echo "measured in $SECONDS s"
+        exit "$failed"
         ;;
     conformance)
         work=$2 logs=$3
@@ -91,7 +175,7 @@ case $1 in
             --llama-server "$work/bin/llama-server" --llama-server-args "-ngl 999" --out "$out" "$@"
         ;;
     *)
-        sed -n '2,17p' "$0" >&2
+        sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2
         exit 2
         ;;
 esac

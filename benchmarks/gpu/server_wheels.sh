@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The wheels `llmflow serve` and `llmflow bench` need on the GPU machine beyond its image (which
 # has numpy, torch, httpx, jinja2, typer, rich, uvloop, prometheus-client, ... but not the web
-# stack or MLflow), at the versions installed here, for the machine's Python 3.12:
+# stack or MLflow; Pillow too, which llmflow reads images with), at the versions installed here, for
+# the machine's Python 3.12:
 #
 #   server_wheels.sh PYTHON DEST      # here, e.g. server_wheels.sh .venv/bin/python .whl  (~12 MB)
 #   run_h200.sh wheels DEST WORK      # there: installs them into WORK/site beside the build
@@ -12,6 +13,7 @@ PACKAGES=(
     diskcache mlflow-skinny mlflow-tracing databricks-sdk opentelemetry-api opentelemetry-sdk
     opentelemetry-proto opentelemetry-semantic-conventions cachetools sqlparse python-multipart
     importlib-metadata google-auth pyasn1-modules pyasn1 python-dotenv greenlet
+    pillow
 )
 pinned=()
 for name in "${PACKAGES[@]}"; do

@@ -22,7 +22,7 @@ import numpy as np
 
 from llmflow.engines.encoded_images import EncodedImages
 from llmflow.errors import EngineFailed, InvalidParams, InvalidRequest
-from llmflow.media.prompt import ImageCacheStats, MediaPrompt, PromptImage, image_ids
+from llmflow.media.prompt import ImageCacheStats, MediaPrompt, PromptImage, image_ids, is_image_id
 from llmflow.types import Image
 
 #: the text that stands for an image in a rendered prompt (mtmd's own default marker)
@@ -107,7 +107,16 @@ class Projector:
         with self._lock, self._chunks(text, images) as chunks:
             for chunk in chunks:
                 if self._mtmd.mtmd_input_chunk_get_type(chunk) == TEXT_CHUNK:
-                    ids.extend(self._text_tokens(chunk))
+                    text_ids = self._text_tokens(chunk)
+                    if any(is_image_id(t) for t in text_ids):
+                        # mtmd writes the markup around an image with the special tokens its
+                        # projector expects, looked up by text: a vocabulary without one gets
+                        # no id (-1), which would read as an image position here
+                        raise EngineFailed(
+                            "the model's vocabulary lacks a special token its projector writes around "
+                            "images: the model and its mmproj file do not belong together"
+                        )
+                    ids.extend(text_ids)
                     continue
                 image, part = next(slices)
                 n = int(self._mtmd.mtmd_input_chunk_get_n_tokens(chunk))
