@@ -330,6 +330,8 @@ def gpu_ceilings(d: Result) -> str:
     rows = []
     for label, entry in d["models"].items():
         bench, inside = entry.get("batched_bench"), entry.get("in_process", entry.get("step_split"))
+        if inside and not bench:
+            return serving_factors(d)
         if not bench or not inside:
             continue
         top = max(entry["servers"]["llmflow"], key=int)
@@ -351,6 +353,25 @@ def gpu_ceilings(d: Result) -> str:
         "pool, its generated tokens over prefill and decode together, and one wave of the same "
         "generations on the "
         "engine in this process (no HTTP):\n\n" + table(header, rows)
+    )
+
+
+def serving_factors(d: Result) -> str:
+    """At the top concurrency, without llama-batched-bench: each llmflow server's output tok/s over
+    one wave of the same generations on the engine in this process (no HTTP)."""
+    rows = []
+    for label, entry in d["models"].items():
+        inside = entry["in_process"]["generated_tok_s"]
+        ours = [name for name in entry["servers"] if name.startswith("llmflow")]
+        top = max(entry["servers"]["llmflow"], key=int)
+        for name in ours:
+            served = entry["servers"][name][top]["output_tok_s"]
+            rows.append([label, f"`{name}`", num(served), num(inside), f"**{num(served / inside, 2)}**"])
+    header = ["model", "server", "output tok/s (median round)", "engine in process tok/s",
+              "serving factor: server / in process"]  # fmt: skip
+    return (
+        f"\nAt {top} streams, against one wave of the same generations on the engine in this process "
+        "(no HTTP), measured once after the rounds:\n\n" + table(header, rows)
     )
 
 
@@ -395,7 +416,7 @@ PARTS: dict[str, Part] = {
     }.items()},
     "gpu-sessions": Part("sessions_h200", sessions, GPU_RUN.format("sessions")),
     "gpu-llama-cpp": Part("llama_cpp_gpu_h200_run12", gpu_servers, GPU_RUN.format("bench")),
-    "gpu-llama-cpp-switch": Part("llama_cpp_gpu_h200_run11", gpu_servers, GPU_RUN.format("bench")),
+    "gpu-llama-cpp-switch": Part("llama_cpp_gpu_h200_run13", gpu_servers, GPU_RUN.format("measure")),
     "readme-batching": Part("batching", readme_batching, inline=True),
     "readme-tracing": Part("tracing", lambda d: "about " + med(d["summary"]["wrapper_us_per_chunk"]["traced"])
                            + " µs per chunk", inline=True),

@@ -61,7 +61,8 @@ def answer(llm: LLM, label: str, text: str, image: bytes | None) -> dict[str, An
     done = llm.generate(messages(text, image), {"max_tokens": 8, "temperature": 0.0})
     wall = time.perf_counter() - started
     # the engine's projector: its encoded-image cache is what a resent image must hit
-    encoded = llm.engine._projector.encoded
+    encoded = llm.engine.image_stats()
+    assert encoded is not None, "the engine reads no images"
     row = {
         "label": label,
         "prompt_tokens": done.usage.prompt_tokens,
@@ -69,8 +70,8 @@ def answer(llm: LLM, label: str, text: str, image: bytes | None) -> dict[str, An
         "completion_tokens": done.usage.completion_tokens,
         "finish_reason": done.finish_reason,
         "wall_s": round(wall, 4),
-        "image_cache_hits": encoded.hits,
-        "image_cache_misses": encoded.misses,
+        "image_cache_hits": encoded.reused,
+        "image_cache_misses": encoded.encoded,
     }
     print(json.dumps(row), flush=True)
     return row

@@ -163,7 +163,8 @@ def test_gpu_tables_come_from_the_files_the_gpu_scripts_wrote():
     assert "benchmarks/gpu/bench_llama_cpp_gpu.py" in llama
     assert "missed" in llama and "met" in llama and "over prefill + decode" in llama
     switch = render.section("gpu-llama-cpp-switch", RESULTS)
-    assert "llama_cpp_gpu_h200_run11.json" in switch and "round by round" in switch
+    assert "llama_cpp_gpu_h200_run13.json" in switch and "round by round" in switch
+    assert "serving factor: server / in process" in switch
     assert "sessions_h200.json" in render.section("gpu-sessions", RESULTS)
 
 
