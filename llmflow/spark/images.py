@@ -36,13 +36,13 @@ def answer_with_image(
     from pyspark.sql import functions as F
 
     name = image if isinstance(image, str) else "image"
-    read = image_reader(name, folder)(F.col(image) if isinstance(image, str) else image)
+    read = image_reader(name, folder, fail=not struct)(F.col(image) if isinstance(image, str) else image)
+    images = F.when(read["data"].isNotNull(), F.array(read["data"])).alias(IMAGES)
+    if not struct:  # the read step has failed the task on a bad image already
+        return udf(F.struct(*[column.alias(field) for field, column in given.items()], images))
     failed = read["error"] != ""
     inputs = [F.when(~failed, column).alias(field) for field, column in given.items()]
-    images = F.when(read["data"].isNotNull(), F.array(read["data"])).alias(IMAGES)
     out = udf(F.struct(*inputs, images))
-    if not struct:
-        return F.when(failed, F.raise_error(read["error"])).otherwise(out)
     error = F.struct(
         F.lit("").alias("answer"),
         F.lit(FINISH_ERROR).alias("finish_reason"),
@@ -53,18 +53,18 @@ def answer_with_image(
     return F.when(failed, error).otherwise(out)
 
 
-def image_reader(column: str, folder: str | None) -> Any:
-    """A pandas UDF of an image column to `READ_TYPE`; errors name `column`, relative paths
-    start at `folder`."""
+def image_reader(column: str, folder: str | None, *, fail: bool = False) -> Any:
+    """A pandas UDF of an image column to `READ_TYPE`; errors name `column` (`fail`: raised,
+    failing the task), relative paths start at `folder`."""
     from pyspark.sql.functions import pandas_udf
 
     def read_images(cells: pd.Series) -> pd.DataFrame:
-        return read_cells(cells, column, folder)
+        return read_cells(cells, column, folder, fail=fail)
 
     return pandas_udf(read_images, READ_TYPE)  # type: ignore[call-overload]
 
 
-def read_cells(cells: pd.Series, column: str, folder: str | None) -> pd.DataFrame:
+def read_cells(cells: pd.Series, column: str, folder: str | None, *, fail: bool = False) -> pd.DataFrame:
     from llmflow.errors import LlmflowError
     from llmflow.media.values import image_cell
 
@@ -75,6 +75,8 @@ def read_cells(cells: pd.Series, column: str, folder: str | None) -> pd.DataFram
             data.append(image_cell(cell, column, folder))
             errors.append("")
         except LlmflowError as exc:
+            if fail:
+                raise
             data.append(None)
             errors.append(str(exc))
     return pd.DataFrame({"data": data, "error": errors})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 
+import httpx
 import mlflow
 import numpy as np
 import pandas as pd
@@ -121,6 +122,19 @@ def test_a_text_only_model_answers_rows_without_images_beside_refused_ones(loade
     assert second["finish_reason"] == "error" and "takes no images" in second["error"]
 
 
+def test_a_text_only_model_refuses_an_image_over_http_with_a_400(loaded):
+    from fastapi.testclient import TestClient
+    from mlflow.pyfunc import scoring_server
+
+    body = {"inputs": {"prompt": "Describe.", "images": [B64]}, "params": PARAMS}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("_MLFLOW_IS_IN_SERVING_ENVIRONMENT", "false")  # init() sets it; restored after
+        with TestClient(scoring_server.init(loaded)) as http:
+            response = http.post("/invocations", json=body)
+    assert response.status_code == 400
+    assert "input.images[0]: the model" in response.text and "takes no images" in response.text
+
+
 def test_the_seed_interface_still_streams(loaded):
     chunks = list(loaded.predict_stream({"prompt": "Hi."}, params=PARAMS))
     assert chunks[-1]["finish_reason"] in ("stop", "length")
@@ -190,3 +204,53 @@ def test_a_bad_image_is_refused_by_its_field(vision, image, says):
         model.predict({"prompt": "Describe.", "images": [PNG, image]}, params=PARAMS)
     error = caught.value.error  # type: ignore[attr-defined]
     assert isinstance(error, InvalidImage) and error.param == "input.images[1]"
+
+
+# -- over HTTP: MLflow's scoring server and llmflow's own, the same bodies --
+
+
+@pytest.fixture(scope="module")
+def vision_http(vision):
+    """The vision model behind MLflow's scoring server (in process) and `llmflow serve`."""
+    from fastapi.testclient import TestClient
+    from mlflow.pyfunc import scoring_server
+
+    from llmflow.server import ServedModel
+    from tests.server.conftest import TIMEOUT_S, running
+
+    model, image_tokens = vision
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        running(ServedModel.from_pyfunc(model, "vlm")) as server,
+        httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as llmflow_client,
+    ):
+        patch.setenv("_MLFLOW_IS_IN_SERVING_ENVIRONMENT", "false")  # init() sets it; restored after
+        with TestClient(scoring_server.init(model)) as mlflow_client:
+            yield {"mlflow": mlflow_client, "llmflow": llmflow_client}, image_tokens
+
+
+def _prompt_tokens(response) -> list[int]:
+    assert response.status_code == 200, response.text
+    return [answer["usage"]["prompt_tokens"] for answer in response.json()["predictions"]]
+
+
+@pytest.mark.parametrize("server", ["mlflow", "llmflow"])
+def test_images_over_http_in_every_body_format(vision_http, server):
+    clients, image_tokens = vision_http
+    http = clients[server]
+    params = {**PARAMS, "details": True}
+    [plain] = _prompt_tokens(
+        http.post("/invocations", json={"inputs": {"prompt": "Describe."}, "params": params})
+    )
+    [one] = _prompt_tokens(
+        http.post("/invocations", json={"inputs": {"prompt": "Describe.", "images": [B64]}, "params": params})
+    )
+    assert one >= plain + image_tokens
+    columns = {"prompt": ["Describe.", "Describe."], "images": [[B64], [URI]]}
+    assert _prompt_tokens(http.post("/invocations", json={"inputs": columns, "params": params})) == [one, one]
+    records = [{"prompt": "Describe.", "images": [URI]}, {"prompt": "Describe."}]
+    body = {"dataframe_records": records, "params": params}
+    assert _prompt_tokens(http.post("/invocations", json=body)) == [one, plain]
+    bad = {"inputs": {"prompt": "Describe.", "images": ["not base64!"]}, "params": params}
+    response = http.post("/invocations", json=bad)
+    assert response.status_code == 400 and "input.images[0]" in response.text

@@ -54,6 +54,15 @@ def test_a_text_only_model_refuses_image_rows_on_spark(spark, spark_model):
     assert second["finish_reason"] == FINISH_ERROR and "takes no images" in second["error"]
 
 
+def test_a_text_result_fails_its_task_on_an_unreadable_image(spark, spark_model, tmp_path):
+    """As any bad row does with the text result; the error names the column and the file."""
+    with using(spark_model.store):
+        answer = answer_udf(spark, spark_model.uri, result="text", params=PARAMS, threads=1)
+        frame = _frame(spark, ["gone.png"], "text")
+        with pytest.raises(Exception, match=r"image: there is no image file 'gone\.png'"):
+            frame.withColumn("answer", answer("prompt", image="image")).collect()
+
+
 @pytest.fixture(scope="module")
 def vision_saved(vision_model, tmp_path_factory) -> tuple[Path, int]:
     need_mtmd()
