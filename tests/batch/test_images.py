@@ -17,7 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 import llmflow.mlflow
+from llmflow.batch.columns import InputColumns, input_columns
 from llmflow.cli import app
+from llmflow.errors import BatchFileError
 from llmflow.model_files import default_model_path
 from tests.media.images import data_uri, image_bytes, need_mtmd, vision_load_options
 
@@ -79,6 +81,12 @@ def test_an_image_column_that_is_not_there_fails_before_any_row(pictures):
     )
     assert result.exit_code != 0
     assert "no image column 'photo'" in result.output
+
+
+def test_the_image_column_is_its_own_column():
+    assert input_columns(["prompt", "photo"], None, "photo") == InputColumns("prompt", None, "photo")
+    with pytest.raises(BatchFileError, match="also the prompt"):
+        input_columns(["q", "photo"], "q", "q")
 
 
 @pytest.fixture(scope="module")

@@ -78,6 +78,13 @@ def test_an_images_column_beside_a_prompt_column():
     assert row[0].images == (ImageRef("input.images[0]", base64=B64),)
 
 
+def test_a_trace_records_how_many_images_not_their_bytes():
+    from llmflow.mlflow.observed_calls import row_inputs
+
+    [row] = parse_rows({"prompt": "Describe.", "images": [B64, PNG]})
+    assert row_inputs(row) == {"messages": [{"role": "user", "content": "Describe.", "images": 2}]}
+
+
 @pytest.mark.parametrize(
     ("model_input", "field", "says"),
     [
