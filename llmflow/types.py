@@ -176,19 +176,21 @@ class TemplateText:
 
 @dataclass(frozen=True, slots=True)
 class ImageRef:
-    """An image as a request gave it, not read yet: a data URI's or a base64 block's text, or an
-    `http(s)` URL (`llmflow.media` reads it into an `Image`). `field` names where it was given
-    (`messages[0].content[1]`), for every refusal."""
+    """An image as a request gave it, not read yet: a data URI's or a base64 block's text, an
+    `http(s)` URL, or bytes (`llmflow.media` reads it into an `Image`). `field` names where it was
+    given (`messages[0].content[1]`), for every refusal."""
 
     field: str
     #: a `data:` URI or an `http(s)` URL
     url: str = ""
     #: base64 text given without a URI around it (Anthropic's base64 source)
     base64: str | None = None
+    #: the image's bytes as they were given (an MLflow model's `images`, a batch's image column)
+    data: bytes | None = field(default=None, repr=False)
 
     @property
     def is_remote(self) -> bool:
-        return self.base64 is None and not self.url.startswith("data:")
+        return self.base64 is None and self.data is None and not self.url.startswith("data:")
 
 
 @dataclass(frozen=True, slots=True)

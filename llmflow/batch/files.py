@@ -46,6 +46,14 @@ def is_local(path: str) -> bool:
     return ":/" not in path or path.startswith("file:")
 
 
+def image_folder(path: str) -> str | None:
+    """Where an image column's relative file paths start: the input's folder (for a directory
+    of parts, the directory's own folder), when the input is on this machine."""
+    if not is_local(path):
+        return None
+    return str(Path(path.removeprefix("file:")).resolve().parent)
+
+
 def check_input(path: str) -> None:
     file_format(path)
     if is_local(path) and not Path(path.removeprefix("file:")).exists():

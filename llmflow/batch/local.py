@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from llmflow.batch.columns import InputColumns
 from llmflow.batch.summary import BatchSummary
+from llmflow.mlflow.inputs import IMAGES
 from llmflow.mlflow.signature import JSON_SCHEMA, RESULT, RESULT_STRUCT
-from llmflow.mlflow.struct_result import FINISH_ERROR, RESULT_FIELDS
+from llmflow.mlflow.struct_result import FINISH_ERROR, RESULT_FIELDS, error_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,20 +29,29 @@ def run_local(
     *,
     threads: int | None = None,
     progress: bool = True,
+    image_folder: str | None = None,
 ) -> tuple[pd.DataFrame, BatchSummary]:
-    """The input's columns plus the result fields, one row per input row, in input order."""
+    """The input's columns plus the result fields, one row per input row, in input order.
+    `image_folder`: where an image column's relative file paths start (the input file's folder)."""
     from llmflow.mlflow import find_llm
 
     model = load_pyfunc(model_uri, threads)
     named = columns.as_model_input()
     inputs = frame[list(named.values())].set_axis(list(named), axis=1).reset_index(drop=True)
+    images = None if columns.image is None else frame[columns.image].reset_index(drop=True)
     call_params = {**params, RESULT: RESULT_STRUCT}
     records: list[dict[str, Any]] = []
     start = time.perf_counter()
     try:
         with _progress(len(inputs), progress) as advance:
             for i in range(len(inputs)):
-                records.extend(model.predict(inputs.iloc[i : i + 1], params=call_params))
+                row: pd.DataFrame | dict[str, Any] = inputs.iloc[i : i + 1]
+                if images is not None and columns.image is not None:
+                    row = with_image(row, images.iloc[i], columns.image, image_folder)
+                if isinstance(row, dict):  # the row's image could not be read: its error record
+                    records.append(row)
+                else:
+                    records.extend(model.predict(row, params=call_params))
                 advance(records[-1]["completion_tokens"])
     finally:
         llm = find_llm(model)
@@ -50,6 +60,25 @@ def run_local(
     seconds = time.perf_counter() - start
     out = with_results(frame, records, typed=bool(params.get(JSON_SCHEMA)))
     return out, summarize(out, seconds)
+
+
+def with_image(
+    row: pd.DataFrame, cell: Any, column: str, folder: str | None
+) -> pd.DataFrame | dict[str, Any]:
+    """The one-row input with the cell's image as its `images` (none for an empty cell), or the
+    row's error record when the cell holds no readable image (a missing file, not an image)."""
+    import pandas as pd
+
+    from llmflow.errors import LlmflowError
+    from llmflow.media.values import image_cell
+
+    try:
+        data = image_cell(cell, column, folder)
+    except LlmflowError as exc:
+        return error_record(exc)
+    row = row.copy()
+    row[IMAGES] = pd.Series([None if data is None else [data]], index=row.index, dtype=object)
+    return row
 
 
 def load_pyfunc(model_uri: str, threads: int | None = None) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from llmflow.batch.columns import InputColumns, input_columns
-from llmflow.batch.files import read_spark, write_spark
+from llmflow.batch.files import image_folder, read_spark, write_spark
 from llmflow.batch.local import VALUE
 from llmflow.batch.summary import BatchSummary
 from llmflow.mlflow.signature import JSON_SCHEMA
@@ -37,17 +37,22 @@ def run_spark(
     *,
     partitions: int | None = None,
     threads: int | None = None,
+    image_folder: str | None = None,
 ) -> DataFrame:
-    """The plan: input columns (result-named ones replaced) then the result fields."""
+    """The plan: input columns (result-named ones replaced) then the result fields.
+    `image_folder`: where an image column's relative file paths start."""
     from pyspark.sql import functions as F
 
     count = partitions or spark.sparkContext.defaultParallelism * PARTITIONS_PER_CORE
     numbered = frame.withColumn(_ROW, F.monotonically_increasing_id()).repartitionByRange(count, _ROW)
     rest = {k: v for k, v in params.items() if k != JSON_SCHEMA}
     schema = params.get(JSON_SCHEMA) or None
-    answer = answer_udf(spark, model_uri, params=rest, threads=threads, json_schema=schema)
+    answer = answer_udf(
+        spark, model_uri, params=rest, threads=threads, json_schema=schema, image_folder=image_folder
+    )
     named = columns.as_model_input()
-    scored = numbered.withColumn(_RESULT, answer(named.get("prompt"), messages=named.get("messages")))
+    result = answer(named.get("prompt"), messages=named.get("messages"), image=columns.image)
+    scored = numbered.withColumn(_RESULT, result)
     names = [*RESULT_FIELDS, VALUE] if schema else list(RESULT_FIELDS)
     kept = [F.col(f"`{c}`") for c in frame.columns if c not in names]
     fields = [F.col(f"{_RESULT}.{name}").alias(name) for name in names]
@@ -62,15 +67,25 @@ def run_spark_job(
     params: Mapping[str, Any],
     *,
     prompt_column: str | None = None,
+    image_column: str | None = None,
     partitions: int | None = None,
     threads: int | None = None,
     overwrite: bool = False,
 ) -> BatchSummary:
     """Read, answer, write; then count what was written (read back, not recomputed)."""
     frame = read_spark(spark, input_path)
-    columns = input_columns(frame.columns, prompt_column)
+    columns = input_columns(frame.columns, prompt_column, image_column)
     start = time.perf_counter()
-    plan = run_spark(spark, model_uri, frame, columns, params, partitions=partitions, threads=threads)
+    plan = run_spark(
+        spark,
+        model_uri,
+        frame,
+        columns,
+        params,
+        partitions=partitions,
+        threads=threads,
+        image_folder=image_folder(input_path),
+    )
     write_spark(plan, output_path, overwrite=overwrite)
     seconds = time.perf_counter() - start
     return _summary(read_spark(spark, output_path), seconds)

@@ -37,6 +37,14 @@ def batch(
     prompt_column: Annotated[
         str | None, typer.Option(help="the column of prompts (default: `prompt` and/or `messages`)")
     ] = None,
+    image_column: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="a column of one image per row for the user turn: bytes, base64, a data URI, or an "
+            "image file's path (relative to INPUT's folder, or absolute); the model must read images",
+        ),
+    ] = None,
     params: Annotated[
         list[str] | None,
         typer.Option("--params", "-p", help="a model param as k=v, the value JSON or text (repeatable)"),
@@ -76,15 +84,16 @@ def batch(
             model_params["json_schema"] = read_schema(json_schema)
         check_input(input)
         check_output(output, overwrite=overwrite)
+        columns = (prompt_column, image_column)
         if spark is None:
-            summary = _run_local(model, input, output, prompt_column, model_params, threads, Path(workdir))
+            summary = _run_local(model, input, output, columns, model_params, threads, Path(workdir))
         else:
             summary = _run_spark(
                 spark,
                 model,
                 input,
                 output,
-                prompt_column,
+                columns,
                 model_params,
                 partitions,
                 threads,
@@ -131,19 +140,21 @@ def _run_local(
     model: str,
     input: str,
     output: str,
-    prompt_column: str | None,
+    column_names: tuple[str | None, str | None],
     params: dict[str, Any],
     threads: int | None,
     workdir: Path,
 ) -> Any:
     from llmflow.batch.columns import input_columns
-    from llmflow.batch.files import read_frame, write_frame
+    from llmflow.batch.files import image_folder, read_frame, write_frame
     from llmflow.batch.local import run_local
     from llmflow.batch.models import model_uri
 
     frame = read_frame(input)
-    columns = input_columns(list(frame.columns), prompt_column)
-    out, summary = run_local(model_uri(model, workdir), frame, columns, params, threads=threads)
+    columns = input_columns(list(frame.columns), *column_names)
+    out, summary = run_local(
+        model_uri(model, workdir), frame, columns, params, threads=threads, image_folder=image_folder(input)
+    )
     write_frame(out, output)
     return summary
 
@@ -153,7 +164,7 @@ def _run_spark(
     model: str,
     input: str,
     output: str,
-    prompt_column: str | None,
+    column_names: tuple[str | None, str | None],
     params: dict[str, Any],
     partitions: int | None,
     threads: int | None,
@@ -176,7 +187,8 @@ def _run_spark(
             input,
             output,
             params,
-            prompt_column=prompt_column,
+            prompt_column=column_names[0],
+            image_column=column_names[1],
             partitions=partitions,
             threads=threads,
             overwrite=overwrite,

@@ -31,7 +31,10 @@ class ImageLimits:
 
 
 def inline_bytes(ref: ImageRef, limits: ImageLimits) -> bytes:
-    """The bytes of a data URI or of bare base64 text, refused by size before they are decoded."""
+    """The bytes given as they are, or of a data URI or of bare base64 text, refused by size
+    before they are decoded."""
+    if ref.data is not None:
+        return ref.data  # read_image checks their size
     text = ref.base64 if ref.base64 is not None else _data_uri_payload(ref)
     text = "".join(text.split())  # base64 wrapped over lines is still base64
     if len(text) // 4 * 3 > limits.max_bytes + 2:

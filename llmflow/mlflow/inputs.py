@@ -11,6 +11,7 @@ llmflow's own server maps `.error` by its class, like any other llmflow error.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from llmflow.constraints import Constraint
 from llmflow.errors import FieldProblem, InvalidParams, InvalidRequest, LlmflowError
 from llmflow.llm import PromptInput
+from llmflow.media.values import image_input
 from llmflow.mlflow.signature import (
     CHOICE,
     DETAILS,
@@ -43,11 +45,13 @@ from llmflow.mlflow.signature import (
 from llmflow.params import PARAM_NAMES, SamplingParams
 from llmflow.prompts import parse_messages
 from llmflow.tools import Tool, ToolChoice, parse_tool_choice, parse_tools
+from llmflow.types import ImageRef, Message
 
-INPUT_FIELDS = ("prompt", "messages")
+IMAGES = "images"
+INPUT_FIELDS = ("prompt", "messages", IMAGES)
 _EXTRA_PARAMS = ("stop", STOP_SEQUENCES, SYSTEM_PROMPT, DETAILS, RESULT, TRACE, TIMINGS, *OUTPUT_PARAMS)
 _RESULTS = (RESULT_TEXT, RESULT_STRUCT)
-_HOW = "give a `prompt` string or a `messages` list of {role, content}"
+_HOW = "give a `prompt` string or a `messages` list of {role, content} (and optionally `images`)"
 
 
 class InvalidModelInput(MlflowException):
@@ -142,9 +146,10 @@ def column_rows(data: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     MLflow hands an `inputs` or `instances` body over as columns (`{"prompt": ["a", "b"]}`,
     after its schema check a one-row DataFrame whose cell holds the array): one row per element.
     A `prompt` column is a list (or array) of strings; a `messages` column a list of
-    conversations, where a list of message objects is one conversation, not a column."""
+    conversations, where a list of message objects is one conversation, not a column; an
+    `images` column (beside one of those) holds each row's images. `images` alone is one row's."""
     columns = {name: _as_list(value) for name, value in data.items() if _is_column(name, value)}
-    if not columns:
+    if not columns or set(columns) == {IMAGES}:
         return None
     if len(columns) != len(data):
         others = sorted(str(k) for k, v in data.items() if k not in columns and _present(v) is not None)
@@ -165,7 +170,7 @@ def _is_column(name: Any, value: Any) -> bool:
     value = _as_list(value)
     if not isinstance(value, Sequence):
         return False
-    if name == "prompt":
+    if name in ("prompt", IMAGES):
         return True
     return bool(value) and not any(isinstance(item, Mapping) for item in value)
 
@@ -181,14 +186,42 @@ def parse_row(row: Any, where: str) -> PromptInput:
             f"{where}.{unknown[0]}",
             f"unknown input field; {_HOW} (sampling settings such as max_tokens go in params)",
         )
-    prompt, messages = (_present(row.get(name)) for name in INPUT_FIELDS)
+    prompt, messages, images = (_present(row.get(name)) for name in INPUT_FIELDS)
     if prompt is not None and messages is not None:
         raise InvalidRequest.single(where, "give either `prompt` or `messages`, not both")
     if prompt is not None:
-        return _prompt(prompt, f"{where}.prompt")
-    if messages is not None:
-        return parse_messages(_as_list(messages), f"{where}.messages")
-    raise InvalidRequest.single(where, f"there is no `prompt` and no `messages`: {_HOW}")
+        parsed: PromptInput = _prompt(prompt, f"{where}.prompt")
+    elif messages is not None:
+        parsed = parse_messages(_as_list(messages), f"{where}.messages")
+    else:
+        raise InvalidRequest.single(where, f"there is no `prompt` and no `messages`: {_HOW}")
+    return parsed if images is None else with_images(parsed, images, f"{where}.{IMAGES}")
+
+
+def with_images(prompt: PromptInput, images: Any, where: str) -> PromptInput:
+    """`prompt` with `images` (a list, or one image) before the text of its last user message:
+    a prompt string becomes one user message of the images and the prompt. The images are not
+    read here: `LLM.prepare` refuses them for a model that reads none, else reads them."""
+    items = _as_list(bytes(images) if isinstance(images, memoryview) else images)
+    if isinstance(items, (str, bytes, bytearray)):
+        items = [items]  # one image given without a list around it
+    if not isinstance(items, Sequence):
+        raise InvalidRequest.single(where, f"must be a list of images, not {type(items).__name__}")
+    refs = [image_input(item, f"{where}[{index}]") for index, item in enumerate(items)]
+    if not refs:
+        return prompt
+    if isinstance(prompt, str):
+        return [Message.of_parts("user", [*refs, prompt])]
+    messages = parse_messages(prompt)
+    users = [index for index, message in enumerate(messages) if message.role == "user"]
+    if not users:
+        raise InvalidRequest.single(where, "the messages hold no user message to attach the images to")
+    return [_with_refs(m, refs) if i == users[-1] else m for i, m in enumerate(messages)]
+
+
+def _with_refs(message: Message, refs: list[ImageRef]) -> Message:
+    parts = message.parts or ((message.content,) if message.content else ())
+    return dataclasses.replace(message, parts=(*refs, *parts))
 
 
 def parse_options(params: Any, defaults: SamplingParams) -> Options:

@@ -102,5 +102,8 @@ def model_attributes(llm: LLM) -> dict[str, Any]:
 
 def _message(message: Any) -> dict[str, Any]:
     if isinstance(message, Message):
-        return {"role": message.role, "content": message.content}
+        recorded: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.images:  # how many, not their bytes
+            recorded["images"] = len(message.images)
+        return recorded
     return dict(message)

@@ -1,7 +1,8 @@
 """The logged model's signature: what MLflow itself checks before llmflow sees a request.
 
 Inputs are a `prompt` string or a `messages` list of `{role, content}` (content: a string or
-OpenAI's content parts, images as data URIs). Every sampling param is
+OpenAI's content parts, images as data URIs), and optionally `images`: a list of images (bytes,
+base64 text or data URIs) for the user turn. Every sampling param is
 in the `ParamSchema` with the model's default, so MLflow rejects a wrong type and fills in what
 the caller left out.
 
@@ -47,12 +48,16 @@ _SCALAR_TYPES = {float: DataType.double, int: DataType.long, bool: DataType.bool
 
 def input_schema() -> Schema:
     """`content` is any type: a string, or OpenAI's content parts (text and `image_url` parts
-    with data URIs), which the model itself checks (`llmflow.prompts.parse_messages`)."""
+    with data URIs), which the model itself checks (`llmflow.prompts.parse_messages`). `images`
+    is any type too: MLflow's types hold strings or bytes, never either, and a caller may give
+    either (base64 text in JSON, bytes from a binary column); the model checks each item
+    (`llmflow.media.values`)."""
     message = Object([Property("role", DataType.string), Property("content", AnyType())])
     return Schema(
         [
             ColSpec(DataType.string, "prompt", required=False),
             ColSpec(Array(message), "messages", required=False),
+            ColSpec(AnyType(), "images", required=False),
         ]
     )
 

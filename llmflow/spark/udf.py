@@ -2,9 +2,11 @@
 
 What it adds to a plain `spark_udf` call: the struct result type and its `result` param, the
 engine's thread count per task (`cores // concurrent tasks` on a local master, so `local[N]`
-does not oversubscribe the CPU), and input passed as one struct column. The last one matters:
-`spark_udf("prompt")` fills the model's other optional input, `messages`, with NaN, which
-MLflow's own schema check then refuses.
+does not oversubscribe the CPU), input passed as one struct column, and an image column. Passing
+one struct matters: `spark_udf("prompt")` fills the model's other optional input, `messages`,
+with NaN, which MLflow's own schema check then refuses.
+
+An image column is read in its own step first (`llmflow.spark.images`).
 """
 
 from __future__ import annotations
@@ -36,15 +38,18 @@ def answer_udf(
     env_manager: str = "local",
     extra_env: Mapping[str, str] | None = None,
     json_schema: Mapping[str, Any] | str | None = None,
+    image_folder: str | None = None,
 ) -> Callable[..., Column]:
-    """A function from a `prompt` (or `messages=`) column to the model's answers.
+    """A function from a `prompt` (or `messages=`) column, and optionally an `image=` column,
+    to the model's answers.
 
     `result="struct"` gives SPARK_RESULT_TYPE (answer, finish_reason, prompt_tokens,
     completion_tokens, error; a bad row is an error value), `result="text"` the answer string
     (a bad row fails the task). `params` are the model's params (sampling, `system_prompt`);
     `threads` overrides the engine threads per task. With `json_schema` (struct result only),
     every answer follows the schema and the struct gains `value`: the answer parsed into the
-    Spark type of the schema (null for an error row; an answer cut at max_tokens is one)."""
+    Spark type of the schema (null for an error row; an answer cut at max_tokens is one).
+    `image_folder`: where an image column's relative file paths start (on the executors)."""
     import mlflow
 
     if result not in (RESULT_STRUCT, RESULT_TEXT):
@@ -67,20 +72,31 @@ def answer_udf(
         extra_env=env,
     )
 
-    def answer(prompt: Column | str | None = None, *, messages: Column | str | None = None) -> Column:
+    def answer(
+        prompt: Column | str | None = None,
+        *,
+        messages: Column | str | None = None,
+        image: Column | str | None = None,
+    ) -> Column:
         """The answer column for a `prompt` column and/or a `messages` column (an array of
-        {role, content} structs); a row uses one of them."""
+        {role, content} structs); a row uses one of them. `image`: a column of one image per row
+        (binary, or text: base64, a data URI or a file path), for the user turn; null: none."""
         from pyspark.sql import functions as F
 
         inputs = {"prompt": prompt, "messages": messages}
-        given = [
-            (F.col(column) if isinstance(column, str) else column).alias(name)
+        given = {
+            name: F.col(column) if isinstance(column, str) else column
             for name, column in inputs.items()
             if column is not None
-        ]
+        }
         if not given:
             raise ValueError("give a prompt column, a messages= column, or both")
-        out = udf(F.struct(*given))
+        if image is None:
+            out = udf(F.struct(*[column.alias(name) for name, column in given.items()]))
+        else:
+            from llmflow.spark.images import answer_with_image
+
+            out = answer_with_image(udf, given, image, image_folder, struct=result == RESULT_STRUCT)
         if value_type is None:
             return out
         value = F.when(out["error"] == "", F.from_json(out["answer"], value_type))

@@ -13,7 +13,11 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+import pytest
 
 
 def image_bytes(
@@ -28,6 +32,22 @@ def image_bytes(
 
 def data_uri(data: bytes, mime: str = "image/png") -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def need_mtmd() -> None:
+    """Skip, saying why, when this llama.cpp build has no multimodal library (`mtmd`): the vision
+    model's projector cannot load without it."""
+    try:
+        import llama_cpp.mtmd_cpp  # noqa: F401
+    except (ImportError, OSError, RuntimeError) as exc:
+        pytest.skip(f"this llama.cpp build has no multimodal library (llama_cpp.mtmd_cpp): {exc}")
+
+
+def vision_load_options(folder: Path) -> tuple[str, dict[str, Any]]:
+    """The tiny vision model (the `vision_model` fixture's folder) as `LLM.load` and
+    `llmflow.mlflow.save_model` take it: its GGUF, and the options that load its projector."""
+    options = {"mmproj": str(folder / "mmproj-vision-f16.gguf"), "n_ctx": 512}
+    return str(folder / "vision-f16.gguf"), {"engine": "llama_cpp", "engine_options": options}
 
 
 def bomb_png(width: int = 100_000, height: int = 100_000) -> bytes:

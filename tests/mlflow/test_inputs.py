@@ -134,11 +134,11 @@ def test_param_schema_has_every_sampling_param_with_its_default():
     assert schema["system_prompt"].default == "Be brief."
 
 
-def test_signature_inputs_are_prompt_or_messages():
+def test_signature_inputs_are_prompt_or_messages_and_images():
     signature = build_signature(SamplingParams())
     inputs = {spec.name: spec for spec in signature.inputs.inputs}
-    assert set(inputs) == {"prompt", "messages"}
-    assert not inputs["prompt"].required and not inputs["messages"].required
+    assert set(inputs) == {"prompt", "messages", "images"}
+    assert not any(spec.required for spec in inputs.values())
 
 
 @pytest.mark.parametrize("value", [False, np.bool_(False)])
