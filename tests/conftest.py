@@ -71,3 +71,18 @@ def vision_model(tmp_path_factory):
         [sys.executable, str(script), str(out)], check=True, capture_output=True, text=True, timeout=900
     )
     return out, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def vision_saved(vision_model, tmp_path_factory):
+    """The tiny vision model saved as an MLflow model (by reference, with its projector), and
+    the positions one image chunk takes: `(path, image_tokens)`."""
+    import llmflow.mlflow
+    from tests.media.images import need_mtmd, vision_load_options
+
+    need_mtmd()
+    folder, summary = vision_model
+    saved = tmp_path_factory.mktemp("vision-saved") / "model"
+    model, options = vision_load_options(folder)
+    llmflow.mlflow.save_model(saved, model, by_reference=True, **options)
+    return saved, summary["image_tokens"]

@@ -16,12 +16,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import llmflow.mlflow
 from llmflow.batch.columns import InputColumns, input_columns
 from llmflow.cli import app
 from llmflow.errors import BatchFileError
 from llmflow.model_files import default_model_path
-from tests.media.images import data_uri, image_bytes, need_mtmd, vision_load_options
+from tests.media.images import data_uri, image_bytes
 
 PNG = image_bytes(size=(64, 64))
 PARAMS = ["-p", "temperature=0", "-p", "max_tokens=2", "--threads", "1"]
@@ -87,17 +86,6 @@ def test_the_image_column_is_its_own_column():
     assert input_columns(["prompt", "photo"], None, "photo") == InputColumns("prompt", None, "photo")
     with pytest.raises(BatchFileError, match="also the prompt"):
         input_columns(["q", "photo"], "q", "q")
-
-
-@pytest.fixture(scope="module")
-def vision_saved(vision_model, tmp_path_factory) -> tuple[Path, int]:
-    """The tiny vision model saved as an MLflow model (by reference), and an image's tokens."""
-    need_mtmd()
-    folder, summary = vision_model
-    saved = tmp_path_factory.mktemp("vision-batch") / "model"
-    model, options = vision_load_options(folder)
-    llmflow.mlflow.save_model(saved, model, by_reference=True, **options)
-    return saved, summary["image_tokens"]
 
 
 def test_every_form_of_image_cell_reaches_the_model(vision_saved, pictures):

@@ -12,14 +12,12 @@ import base64
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-import llmflow.mlflow
 from llmflow.spark import FINISH_ERROR, answer_udf
-from tests.media.images import data_uri, image_bytes, need_mtmd, vision_load_options
+from tests.media.images import data_uri, image_bytes
 from tests.mlflow.store import using
 from tests.spark.conftest import MASTER, SPARK_ENV
 
@@ -61,16 +59,6 @@ def test_a_text_result_fails_its_task_on_an_unreadable_image(spark, spark_model,
         frame = _frame(spark, ["gone.png"], "text")
         with pytest.raises(Exception, match=r"image: there is no image file 'gone\.png'"):
             frame.withColumn("answer", answer("prompt", image="image")).collect()
-
-
-@pytest.fixture(scope="module")
-def vision_saved(vision_model, tmp_path_factory) -> tuple[Path, int]:
-    need_mtmd()
-    folder, summary = vision_model
-    saved = tmp_path_factory.mktemp("vision-spark") / "model"
-    model, options = vision_load_options(folder)
-    llmflow.mlflow.save_model(saved, model, by_reference=True, **options)
-    return saved, summary["image_tokens"]
 
 
 def test_binary_and_path_columns_reach_the_model(spark, vision_saved, tmp_path):
