@@ -516,11 +516,13 @@ class BatchScheduler:
                 raise EngineFailed(str(self._failure))
             if self._stopping:
                 raise EngineFailed("the engine is closed")
+            # images start encoding now, before the scheduler thread sees the request (which
+            # starts those a request still lacks when it places it)
+            for request in requests:
+                if request.leader is None:  # a choice copies its leader's prompt, images and all
+                    self._encode(request, 0)
             self._waiting.extend(requests)
             self._cond.notify()
-        for request in requests:
-            if request.leader is None:  # a choice copies its leader's prompt, images and all
-                self._encode(request, 0)
 
     def _encode(self, request: Request, fed: int) -> None:
         """Start encoding the images of `request`'s prompt past position `fed` not yet asked."""

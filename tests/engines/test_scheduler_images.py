@@ -185,3 +185,14 @@ def test_a_waiting_image_does_not_hold_back_a_request_behind_it():
         assert done == alone(list(ids), 12)
     finally:
         scheduler.close()
+
+
+def test_each_image_is_encoded_once_per_request():
+    backend, scheduler = scheduler_with_images()
+    try:
+        for k in range(20):  # the scheduler thread places each request as it arrives
+            ids = with_image(prompt(k, 4), picture(f"p{k}"), prompt(k + 1, 6))
+            list(generate(scheduler, ids, max_tokens=2))
+        assert len(backend.encodings) == 20
+    finally:
+        scheduler.close()
