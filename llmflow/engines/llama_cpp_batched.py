@@ -505,7 +505,16 @@ class LlamaStepBackend:
 
     def encode_image(self, image: PromptImage) -> Future[Any]:
         assert self.projector is not None and self._encoder is not None, "images come only with a projector"
-        return self._encoder.submit(self.projector.encode, image)
+        return self._encoder.submit(self._encode, image)
+
+    def _encode(self, image: PromptImage) -> Any:
+        """On the encoder thread: the image encoded, then the thread's OpenMP team handed back
+        (see `llmflow.engines.openmp`: more OpenMP threads than cores slow every pass)."""
+        assert self.projector is not None
+        try:
+            return self.projector.encode(image)
+        finally:
+            release_thread_team()
 
     def decode_image(self, seq: int, image: PromptImage, encoded: Any) -> None:
         assert self.projector is not None

@@ -33,6 +33,9 @@ from llmflow.types import CancelToken, PromptReuse
 
 log = logging.getLogger(__name__)
 
+#: the longest the scheduler sleeps while every running request waits for an image's encoding
+ENCODING_WAIT_S = 0.05
+
 
 @dataclass(frozen=True, slots=True)
 class BatchEntry:
@@ -528,7 +531,8 @@ class BatchScheduler:
         """Start encoding the images of `request`'s prompt past position `fed` not yet asked."""
         for image in request.images:
             if image.end > fed and image not in request.encodings:
-                request.encodings[image] = self.backend.encode_image(image)
+                request.encodings[image] = encoding = self.backend.encode_image(image)
+                encoding.add_done_callback(self._encoded)
 
     # -- scheduler thread --
 
@@ -577,6 +581,10 @@ class BatchScheduler:
             drafts=self._propose(),
         )
         self._steps += 1
+        if not plan.decode and not plan.prefill:
+            if any(not e.done() for r in running for e in r.encodings.values()):
+                self._await_encodings()
+            return
         if self.one_pass:
             self._forward(plan.decode + plan.prefill)
         else:
@@ -587,6 +595,20 @@ class BatchScheduler:
                 if item[0].seq >= 0:  # not ended by a failed pass
                     self._forward([item])
         self._deliver()
+
+    def _await_encodings(self) -> None:
+        """Nothing to compute: every running request waits for an image's encoding. Sleep until
+        one is done (its future notifies) or anything else arrives, within `ENCODING_WAIT_S` (a
+        cancel does not notify); the decode thread hands its OpenMP team back meanwhile, so the
+        encoder's threads have the cores."""
+        self.backend.idle()
+        with self._cond:
+            if not self._waiting and not self._stopping and not self._persists:
+                self._cond.wait(ENCODING_WAIT_S)
+
+    def _encoded(self, _: Future[Any]) -> None:
+        with self._cond:
+            self._cond.notify()
 
     def _adapter_group(self) -> list[Request]:
         """The running requests this step computes: all of them when they share one adapter (or
