@@ -170,7 +170,7 @@ def default_model(directory: Path) -> tuple[Path, Path]:
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--requests", type=int, default=3, help="requests of each kind per server and round")
+    p.add_argument("--requests", type=int, default=2, help="requests of each kind per server and round")
     p.add_argument("--threads", type=int, default=usable_cores())
     p.add_argument("--parallel", type=int, default=2, help="sequences (slots) of each server")
     p.add_argument("--n-ctx", type=int, default=2048, help="per sequence")
