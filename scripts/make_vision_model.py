@@ -140,6 +140,14 @@ def tokenizer_keys(llama_cpp: Path, model: Path) -> list[dict[str, Any]]:
             sub = field.types[-1] if main == gguf.GGUFValueType.ARRAY else None
             keys.append({"key": field.name, "type": main.name, "sub_type": sub and sub.name})
             keys[-1]["value"] = field.contents()
+    return with_added_tokens(llama_cpp, keys)
+
+
+def with_added_tokens(llama_cpp: Path, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`keys` with `ADDED_TOKENS` appended to the vocabulary (control tokens)."""
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    import gguf
+
     for entry in keys:
         if entry["key"] == "tokenizer.ggml.tokens":
             entry["value"] = [*entry["value"], *ADDED_TOKENS]
@@ -148,6 +156,12 @@ def tokenizer_keys(llama_cpp: Path, model: Path) -> list[dict[str, Any]]:
         elif entry["key"] == "tokenizer.ggml.scores":
             entry["value"] = [*entry["value"], *[0.0] * len(ADDED_TOKENS)]
     return keys
+
+
+def added_image_token(keys: list[dict[str, Any]]) -> int:
+    """The id of `<image>` in a vocabulary `with_added_tokens` extended."""
+    (tokens,) = [k["value"] for k in keys if k["key"] == "tokenizer.ggml.tokens"]
+    return len(tokens) - len(ADDED_TOKENS) + ADDED_TOKENS.index("<image>")
 
 
 def write_processor(out: Path, model: Path, shape: Shape) -> int:
@@ -250,13 +264,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--llama-cpp", type=Path, help="a llama.cpp source tree (default: the sdist's)")
     parser.add_argument("--no-gguf", action="store_true", help="the Hugging Face directory only")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny", help="the model's sizes")
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        help="the embedded model's tokenizer keys as `benchmarks/gpu/make_gguf.py tokenizer` writes them, "
+        "where its package is not installed: the GGUF pair alone (no tokenizer or processor files)",
+    )
     args = parser.parse_args(argv)
+    if args.tokenizer and args.no_gguf:
+        parser.error("--tokenizer makes the GGUF pair only: leave out --no-gguf")
     llama_cpp = llama_cpp_source(args.llama_cpp)
-    keys = tokenizer_keys(llama_cpp, embedded_model())
     hf_dir = args.out / "hf"
     hf_dir.mkdir(parents=True, exist_ok=True)
     shape = SHAPES[args.shape]
-    image_token_id = write_processor(hf_dir, embedded_model(), shape)
+    if args.tokenizer:
+        keys = with_added_tokens(llama_cpp, json.loads(args.tokenizer.read_text()))
+        image_token_id = added_image_token(keys)
+    else:
+        keys = tokenizer_keys(llama_cpp, embedded_model())
+        image_token_id = write_processor(hf_dir, embedded_model(), shape)
     random_hf_model(hf_dir, keys, image_token_id, args.seed, shape)
     written = [hf_dir]
     if not args.no_gguf:
