@@ -259,6 +259,35 @@ def sessions(d: Result) -> str:
     )
 
 
+def images(d: Result) -> str:
+    s, c = d["summary"], d["config"]
+    header = ["server", "TTFT text s", "TTFT new image s", "TTFT same image, new chat s",
+              "new image less text s", "new less same image s"]  # fmt: skip
+    rows = [
+        [name, med(r["text_ttft_s"], 3), med(r["cold_ttft_s"], 3), med(r["same_ttft_s"], 3),
+         med(r["image_cost_s"], 3), med(r["reuse_saves_s"], 3)]
+        for name, r in s["servers"].items()
+    ]  # fmt: skip
+    ratios = s["llmflow_over_llama_server"]
+    peer = s["servers"].get("llama-server", {})
+    chunks = s["servers"].get("llmflow", {}).get("image_chunks")
+    timings = (
+        f"; llama-server's own prompt time: text {med(peer['text_prompt_ms'], 0)} ms, new image "
+        f"{med(peer['cold_prompt_ms'], 0)} ms, same image {med(peer['same_prompt_ms'], 0)} ms"
+        if "cold_prompt_ms" in peer
+        else ""
+    )
+    reused = f" (llmflow took {num(chunks['reused'], 0)} of them from its encoded images)" if chunks else ""
+    return table(header, rows) + (
+        f"\n{c['model']} with {c['mmproj']} ({c.get('shape', 'given')} shape, random weights), "
+        f"{c['image']} images, {plural(c['threads'], 'thread')}, {c['rounds']} rounds of {c['requests']} "
+        f"requests of each kind, servers alternated; median (min-max). Each request a conversation of "
+        f"its own; a same-image request resends a new image's bytes{reused}. llmflow / llama-server "
+        f"TTFT round by round: text {med(ratios.get('text_ttft'), 2)}, new image "
+        f"{med(ratios.get('cold_ttft'), 2)}, same image {med(ratios.get('same_ttft'), 2)}{timings}."
+    )
+
+
 def checks(d: Result) -> str:
     """The soak's and the load test's checks: every value a plain figure or a yes/no."""
     s = d["summary"]
@@ -402,6 +431,17 @@ def readme_gpu(d: Result) -> str:
     return ", ".join(ratios)
 
 
+def readme_images(d: Result) -> str:
+    servers = d["summary"]["servers"]
+    return (
+        "; ".join(
+            f"{name}: new image {med(r['cold_ttft_s'], 2)} s, same image again {med(r['same_ttft_s'], 2)} s"
+            for name, r in servers.items()
+        )
+        + " (CPU)"
+    )
+
+
 def sessions_identity(d: Result) -> str:
     same = d["summary"]["greedy_identity"]
     return f"{same['identical']} of {same['answers']} greedy answers identical with the cache on and off"
@@ -412,8 +452,9 @@ PARTS: dict[str, Part] = {
     **{name: Part(name, render) for name, render in {
         "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "batching": batching,
         "constraints": constraints, "peers": peers, "speculation": speculation, "lora": lora,
-        "sessions": sessions, "soak": checks, "load": checks,
+        "sessions": sessions, "soak": checks, "load": checks, "images": images,
     }.items()},
+    "gpu-images": Part("images_h200", images, GPU_RUN.format("images")),
     "gpu-sessions": Part("sessions_h200", sessions, GPU_RUN.format("sessions")),
     "gpu-llama-cpp": Part("llama_cpp_gpu_h200_run12", gpu_servers, GPU_RUN.format("bench")),
     "gpu-llama-cpp-switch": Part("llama_cpp_gpu_h200_run13", gpu_servers, GPU_RUN.format("measure")),
@@ -425,6 +466,7 @@ PARTS: dict[str, Part] = {
                         inline=True),
     "readme-gpu": Part("llama_cpp_gpu_h200_run12", readme_gpu, GPU_RUN.format("bench"), inline=True),
     "sessions-identity": Part("sessions", sessions_identity, inline=True),
+    "readme-images": Part("images", readme_images, inline=True),
 }  # fmt: skip
 
 

@@ -73,8 +73,11 @@ SUITE: tuple[Benchmark, ...] = (
         ("--rounds", "5", "--streams", "4", "--max-tokens", "64"),
         ("--rounds", "3", "--streams", "2", "--max-tokens", "16"),
         "output tok/s of batched requests with no adapter, one adapter, two adapters alternating"),
+    Benchmark("images", "benchmarks.bench_images",
+        ("--rounds", "3"), ("--rounds", "1", "--requests", "1"),
+        "TTFT with a new image, the same image again and text alone, against llama-server --mmproj"),
 )  # fmt: skip
 
 BY_NAME = {b.name: b for b in SUITE}
 #: benchmarks that take the peers' arguments (`--llama-server`, `--sdist`, `--example-server`)
-PEER_MODULES = ("benchmarks.peers.compare_servers", "benchmarks.bench_sessions")
+PEER_MODULES = ("benchmarks.peers.compare_servers", "benchmarks.bench_sessions", "benchmarks.bench_images")

@@ -23,6 +23,11 @@
 #   run_h200.sh bench WORK OUT.json [ARGS...]  # benchmarks/gpu/bench_llama_cpp_gpu.py
 #   run_h200.sh sessions WORK OUT.json [ARGS...]  # benchmarks/bench_sessions.py --peers-only on the
 #                                        # 8B shape's Q4_K_M against llama-server
+#   run_h200.sh vision SRC TOKENIZER WORK  # after build: make_vision_model.py --shape smolvlm-256m
+#                                        # into WORK/vision-256m, the text model in Q8_0 (~1 min)
+#   run_h200.sh images WORK OUT.json VISION [ARGS...]  # benchmarks/bench_images.py against llama-server
+#                                        # --mmproj, every layer on the GPU; VISION: a folder with
+#                                        # one text model GGUF and its mmproj-*.gguf (WORK/vision-256m)
 #   run_h200.sh engines WHEELS WORK LOGDIR  # the transformers and ExLlamaV2 engines' GPU tests (their
 #                                        # conformance, structured output, logprobs); needs no build
 #
@@ -172,6 +177,27 @@ case $1 in
         with_build "$work"
         cd "$root"
         python3 -m benchmarks.bench_sessions --peers-only --model "$work/models/llama3-8b-Q4_K_M.gguf" \
+            --llama-server "$work/bin/llama-server" --llama-server-args "-ngl 999" --out "$out" "$@"
+        ;;
+    vision)
+        src=$2/vendor/llama.cpp tokenizer=$3 work=$4
+        with_build "$work"
+        cd "$root"
+        made=$work/vision-256m/made
+        python3 scripts/make_vision_model.py "$made" --shape smolvlm-256m --llama-cpp "$src" \
+            --tokenizer "$tokenizer"
+        "$work/bin/llama-quantize" "$made/vision-f16.gguf" "$work/vision-256m/vision-256m-Q8_0.gguf" Q8_0
+        mv "$made/mmproj-vision-f16.gguf" "$work/vision-256m/mmproj-vision-256m-f16.gguf"
+        rm -rf "$made"
+        ;;
+    images)
+        work=$2 out=$3 vision=$4
+        shift 4
+        with_build "$work"
+        mmproj=$(ls "$vision"/mmproj-*.gguf)
+        model=$(ls "$vision"/*.gguf | grep -v '/mmproj-')
+        cd "$root"
+        python3 -m benchmarks.bench_images --model "$model" --mmproj "$mmproj" \
             --llama-server "$work/bin/llama-server" --llama-server-args "-ngl 999" --out "$out" "$@"
         ;;
     *)
