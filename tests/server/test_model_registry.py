@@ -131,6 +131,7 @@ def sized(monkeypatch) -> tuple[dict[str, int], dict[str, int], list[str]]:
             stats=lambda: None,
             cache_stats=lambda: None,
             speculation_stats=lambda: None,
+            image_stats=lambda: None,
             persist=lambda: None,
         )
         return ServedModel(name, llm=SimpleNamespace(engine=engine, close=lambda: None))  # type: ignore[arg-type]

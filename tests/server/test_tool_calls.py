@@ -113,14 +113,18 @@ def test_two_turn_exchange(client, model_name):
 
 
 def test_auto_answers_text_or_valid_calls(client, model_name):
+    """Sampled answers: text, or calls that are valid. An answer that made its calls and then ran
+    out of tokens finishes with `length` and keeps them (as OpenAI's does); which one a seed gives
+    depends on the machine's numbers."""
     for seed in range(3):
         choice = client.chat.completions.create(
             model=model_name, messages=MESSAGES, tools=TOOLS, max_tokens=96, seed=seed
         ).choices[0]
-        if choice.finish_reason == "tool_calls":
+        if choice.message.tool_calls:
+            assert choice.finish_reason in ("tool_calls", "length")
             check_calls(choice.message.tool_calls)
         else:
-            assert choice.message.tool_calls is None and choice.message.content
+            assert choice.finish_reason in ("stop", "length") and choice.message.content
 
 
 @pytest.mark.parametrize(
