@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from llmflow.cli.common import EXIT_BAD_INPUT, exit_on_llmflow_error
+from llmflow.cli.common import EXIT_BAD_INPUT, exit_on_llmflow_error, parse_assignments
 from llmflow.errors import BatchFileError
 
 
@@ -108,19 +108,10 @@ def parse_params(items: list[str]) -> dict[str, Any]:
     """`k=v` pairs; a value that parses as JSON is taken as JSON (0, 0.7, true, ["a", "b"]).
 
     Checked here, before any model loads: MLflow would drop a misspelt name with a warning."""
-    from llmflow.errors import InvalidParams
     from llmflow.mlflow.inputs import parse_options
     from llmflow.params import SamplingParams
 
-    parsed: dict[str, Any] = {}
-    for item in items:
-        name, sep, text = item.partition("=")
-        if not sep or not name.strip():
-            raise InvalidParams.single(item, "write params as name=value, e.g. --params max_tokens=64")
-        try:
-            parsed[name.strip()] = json.loads(text)
-        except ValueError:
-            parsed[name.strip()] = text
+    parsed = parse_assignments(items, "--params")
     parse_options(parsed, SamplingParams())
     return parsed
 

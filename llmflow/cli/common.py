@@ -2,18 +2,37 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import typer
 
-from llmflow.errors import LlmflowError
+from llmflow.errors import InvalidParams, LlmflowError
 from llmflow.observability.timings import RequestTimings
 from llmflow.types import Chunk, FinishReason
 
 EXIT_BAD_INPUT = 2
+
+
+def parse_assignments(items: list[str] | None, option: str) -> dict[str, Any]:
+    """`KEY=VALUE` options (`--engine-option`, `--param`, `--params`) as a dict: a VALUE that
+    parses as JSON (numbers, true, null, lists) is decoded, any other is text. Checked before
+    any model loads; a malformed one is an `InvalidParams` naming the option."""
+    parsed: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InvalidParams.single(option, f"expected KEY=VALUE, got {item!r}")
+        try:
+            parsed[key] = json.loads(raw)
+        except ValueError:
+            parsed[key] = raw
+    return parsed
 
 
 @contextmanager

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from llmflow.cli.common import exit_on_llmflow_error
+from llmflow.cli.common import exit_on_llmflow_error, parse_assignments
 
 
 def log(
@@ -104,20 +103,6 @@ def log(
         if registered_model_name is not None:
             uri = f"models:/{registered_model_name}/{info.registered_model_version}"
     typer.echo(uri)
-
-
-def parse_assignments(values: list[str] | None, option: str) -> dict[str, Any]:
-    """`KEY=VALUE` strings as a dict; a VALUE that parses as JSON (numbers, true, lists) is decoded."""
-    parsed: dict[str, Any] = {}
-    for item in values or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
-        try:
-            parsed[key] = json.loads(raw)
-        except ValueError:
-            parsed[key] = raw
-    return parsed
 
 
 def _adapters(values: list[str]) -> dict[str, str]:

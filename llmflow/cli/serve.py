@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from llmflow.cli.common import exit_on_llmflow_error
+from llmflow.cli.common import exit_on_llmflow_error, parse_assignments
 from llmflow.errors import FieldProblem, InvalidParams
 
 if TYPE_CHECKING:
@@ -337,7 +336,7 @@ def serve(
             "engine": engine,
             "engine_options": {
                 **prompt_cache_options(prompt_cache, prompt_cache_ram, prompt_cache_dir, prompt_cache_disk),
-                **parse_engine_options(engine_option or []),
+                **parse_assignments(engine_option, "--engine-option"),
             },
             "parallel": parallel,
             "threads": threads,
@@ -503,20 +502,6 @@ def _read_api_key(api_key: str | None, api_key_file: Path | None) -> str | None:
             raise InvalidParams.single("api_key_file", "is empty")
         return key
     return api_key or None
-
-
-def parse_engine_options(items: list[str]) -> dict[str, Any]:
-    """`KEY=VALUE` pairs; values are read as JSON when they parse (numbers, true/false), else strings."""
-    options: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidParams.single("engine_option", f"expected KEY=VALUE, got {item!r}")
-        try:
-            options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
-    return options
 
 
 def _warn_if_exposed(host: str, api_key: str | None) -> None:

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llmflow.cli import app
-from llmflow.cli.log import parse_assignments
+from llmflow.cli.common import parse_assignments
 
 
 def test_key_value_options_decode_json_values():

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llmflow.cli import app as cli
-from llmflow.cli.serve import parse_engine_options
+from llmflow.cli.common import parse_assignments
 from llmflow.errors import InvalidParams
 from tests.server.conftest import TIMEOUT_S, wait_healthy
 
@@ -87,13 +87,13 @@ def test_version(http, model_name, served_llm):
 
 
 def test_engine_options_parse_as_json_values():
-    assert parse_engine_options(["n_threads=2", "verbose=false", "name=x"]) == {
+    assert parse_assignments(["n_threads=2", "verbose=false", "name=x"], "--engine-option") == {
         "n_threads": 2,
         "verbose": False,
         "name": "x",
     }
     with pytest.raises(InvalidParams):
-        parse_engine_options(["n_threads"])
+        parse_assignments(["n_threads"], "--engine-option")
 
 
 def test_serve_help_and_bad_options():
