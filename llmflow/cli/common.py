@@ -27,7 +27,7 @@ def parse_assignments(items: list[str] | None, option: str) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise InvalidParams.single(option, f"expected KEY=VALUE, got {item!r}")
+            raise InvalidParams.single(option, f"expected KEY=VALUE, got {item!r} (write name=value)")
         try:
             parsed[key] = json.loads(raw)
         except ValueError:
