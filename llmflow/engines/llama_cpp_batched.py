@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from llmflow.engines.base import Engine, TokenRequest
+from llmflow.engines.gil import holding_gil
 from llmflow.engines.llama_cpp import (
     LlamaCppOptions,
     LlamaVocab,
@@ -337,6 +338,10 @@ class LlamaStepBackend:
         self.n_ctx_seq = n_ctx_seq
         self.n_batch = shape.n_batch
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(model.vocab)
+        #: the calls between a step's `compute` and the next one's (the device already waited
+        #: for), kept from handing the GIL to the event loop mid-step (see `engines/gil.py`)
+        self._get_logits = holding_gil(llama_cpp.llama_get_logits)
+        self._sampler_sample = holding_gil(llama_cpp.llama_sampler_sample)
         #: the LoRA adapters loaded on the model; a pass computes with one of them or none
         self.adapters = LlamaAdapters(llama_cpp, model.model)
         self._batch = llama_cpp.llama_batch_init(shape.n_batch, 0, 1)
@@ -468,7 +473,7 @@ class LlamaStepBackend:
         elif sampler is GREEDY:
             token = int(rows[k].argmax())
         else:
-            token = self._lib.llama_sampler_sample(sampler, self._ctx, index)
+            token = self._sampler_sample(sampler, self._ctx, index)
         return token if top is None else scored(token, raw, top)
 
     def _rows(self, n: int) -> np.ndarray:
@@ -477,7 +482,7 @@ class LlamaStepBackend:
         change them."""
         if n == 0:
             return np.empty((0, self._n_vocab), dtype=np.float32)
-        return np.ctypeslib.as_array(self._lib.llama_get_logits(self._ctx), shape=(n, self._n_vocab))
+        return np.ctypeslib.as_array(self._get_logits(self._ctx), shape=(n, self._n_vocab))
 
     def new_sampler(self, params: SamplingParams) -> Any:
         return sampler_chain(self._lib, self._n_vocab, params)
