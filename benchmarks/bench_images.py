@@ -22,13 +22,11 @@ from __future__ import annotations
 import argparse
 import base64
 import io
-import json
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,7 @@ import httpx
 from benchmarks.peers.build_llama_server import ensure_llama_server
 from benchmarks.peers.compare_servers import COMMANDS, Setup
 from benchmarks.record import REPO, Recording, paired_ratios, spread
-from benchmarks.serve_process import free_port, metric, started
+from benchmarks.serve_process import free_port, metric, started, stream_chat
 from llmflow.engines.llama_cpp import usable_cores
 
 KINDS = ("text", "cold", "same")
@@ -75,26 +73,13 @@ def messages(tag: str, image: str | None) -> list[dict[str, Any]]:
     return [system, {"role": "user", "content": parts}]
 
 
-def stream_chat(url: str, model: str, conversation: list[dict], max_tokens: int) -> dict[str, Any]:
-    """One streamed chat request: TTFT (first content), and llama-server's `timings` if sent."""
-    body = {"model": model, "messages": conversation, "max_tokens": max_tokens, "temperature": 0.0,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-    start = time.perf_counter()
-    ttft, timings, usage = None, None, None
-    with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=600, trust_env=False) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[6:])
-            timings = event.get("timings") or timings
-            usage = event.get("usage") or usage
-            for choice in event.get("choices") or ():
-                if ttft is None and (choice.get("delta") or {}).get("content"):
-                    ttft = time.perf_counter() - start
-    prompt_ms = timings.get("prompt_ms") if timings else None
-    return {"ttft_s": ttft, "e2e_s": time.perf_counter() - start, "prompt_ms": prompt_ms,
-            "prompt_tokens": (usage or {}).get("prompt_tokens")}  # fmt: skip
+def timed_chat(url: str, model: str, conversation: list[dict], max_tokens: int) -> dict[str, Any]:
+    """One streamed chat request: TTFT, end-to-end time, prompt tokens and llama-server's own
+    prompt time (`timings.prompt_ms`) where sent."""
+    answer = stream_chat(url, model, conversation, max_tokens)
+    timings = answer["timings"] or {}
+    return {"ttft_s": answer["ttft_s"], "e2e_s": answer["e2e_s"], "prompt_ms": timings.get("prompt_ms"),
+            "prompt_tokens": (answer["usage"] or {}).get("prompt_tokens")}  # fmt: skip
 
 
 def image_chunks(url: str) -> dict[str, float]:
@@ -107,18 +92,18 @@ def one_server(url: str, name: str, round_: int, args: argparse.Namespace) -> di
     """A warm-up (one text, one image request), then `args.requests` of each kind."""
     model = httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
     tag = f"{name}-{round_}"
-    stream_chat(url, model, messages(f"warm-{tag}", None), args.max_tokens)
-    stream_chat(url, model, messages(f"warm-image-{tag}", photo(10**6 + round_)), args.max_tokens)
+    timed_chat(url, model, messages(f"warm-{tag}", None), args.max_tokens)
+    timed_chat(url, model, messages(f"warm-image-{tag}", photo(10**6 + round_)), args.max_tokens)
     before = image_chunks(url) if name == "llmflow" else None
     # the same image seeds for every server in a round, new ones each round
     seeds = [1000 * (round_ + 1) + i for i in range(args.requests)]
     images = [photo(s) for s in seeds]
     requests: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     for i, image in enumerate(images):
-        requests["text"].append(stream_chat(url, model, messages(f"text-{tag}-{i}", None), args.max_tokens))
-        requests["cold"].append(stream_chat(url, model, messages(f"cold-{tag}-{i}", image), args.max_tokens))
+        requests["text"].append(timed_chat(url, model, messages(f"text-{tag}-{i}", None), args.max_tokens))
+        requests["cold"].append(timed_chat(url, model, messages(f"cold-{tag}-{i}", image), args.max_tokens))
     for i, image in enumerate(images):
-        requests["same"].append(stream_chat(url, model, messages(f"same-{tag}-{i}", image), args.max_tokens))
+        requests["same"].append(timed_chat(url, model, messages(f"same-{tag}-{i}", image), args.max_tokens))
     result: dict[str, Any] = {"requests": requests}
     for kind in KINDS:
         ttfts = [r["ttft_s"] for r in requests[kind] if r["ttft_s"] is not None]

@@ -19,7 +19,6 @@ Four measurements on the same GGUF, threads and sequences, servers alternated wi
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import tempfile
@@ -33,7 +32,7 @@ import httpx
 from benchmarks.peers.build_llama_server import ensure_llama_server
 from benchmarks.peers.compare_servers import COMMANDS, Setup
 from benchmarks.record import Recording, paired_ratios, spread
-from benchmarks.serve_process import free_port, started
+from benchmarks.serve_process import free_port, started, stream_chat
 from benchmarks.stream_timing import at_once
 from llmflow.engines.llama_cpp import usable_cores
 from llmflow.model_files import default_model_path
@@ -49,28 +48,6 @@ def system_prompt(seed: int, words: int) -> str:
     picked = [WORDS[(seed * 7 + i * 13 + i * i) % len(WORDS)] for i in range(words)]
     lines = [" ".join(picked[i : i + 12]) + "." for i in range(0, words, 12)]
     return f"You are support assistant #{seed}. Follow these rules:\n" + "\n".join(lines)
-
-
-def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int) -> dict[str, Any]:
-    """One streamed chat request: TTFT (first content), the answer, chunks and the usage if sent."""
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-    start = time.perf_counter()
-    ttft, parts, usage = None, [], None
-    with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=600, trust_env=False) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[6:])
-            usage = event.get("usage") or usage
-            for choice in event.get("choices") or ():
-                text = (choice.get("delta") or {}).get("content")
-                if text:
-                    ttft = ttft if ttft is not None else time.perf_counter() - start
-                    parts.append(text)
-    return {"ttft_s": ttft, "e2e_s": time.perf_counter() - start, "text": "".join(parts),
-            "chunks": len(parts), "usage": usage}  # fmt: skip
 
 
 def model_id(url: str) -> str:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -74,6 +75,30 @@ def metric(text: str, name: str, **labels: str) -> float:
         if all(have.get(key) == value for key, value in labels.items()):
             total += float(found.group(3))
     return total
+
+
+def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int) -> dict[str, Any]:
+    """One streamed, greedy chat request: TTFT (first content), end-to-end time, the answer and its
+    chunk count, and the usage and llama-server's `timings` where sent."""
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
+            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    start = time.perf_counter()
+    ttft, parts, usage, timings = None, [], None, None
+    with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=600, trust_env=False) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            usage = event.get("usage") or usage
+            timings = event.get("timings") or timings
+            for choice in event.get("choices") or ():
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    ttft = ttft if ttft is not None else time.perf_counter() - start
+                    parts.append(text)
+    return {"ttft_s": ttft, "e2e_s": time.perf_counter() - start, "text": "".join(parts),
+            "chunks": len(parts), "usage": usage, "timings": timings}  # fmt: skip
 
 
 def wait_idle(url: str, timeout_s: float = 60) -> str:
