@@ -20,13 +20,13 @@ from typing import Any, Literal
 from llmflow.constraints import Constraint
 from llmflow.constraints.compiler import CompiledConstraint, ConstraintCompiler
 from llmflow.constraints.matcher import TokenMatcher
-from llmflow.engines import guess_engine, load_engine
+from llmflow.engines import engine_class, guess_engine, load_engine
 from llmflow.engines.base import Engine
 from llmflow.errors import ContextLengthExceeded, InvalidParams, InvalidRequest, UnsupportedInput
 from llmflow.generation import Generation, GenerationRequest
 from llmflow.load_spec import LoadSpec
 from llmflow.media.reader import ImageReader
-from llmflow.model_files import resolve_model_path
+from llmflow.model_files import projector_of, resolve_model_path
 from llmflow.observability.timings import RequestTimings
 from llmflow.params import SamplingParams
 from llmflow.prompts import ChatTemplate, PromptFormat, parse_messages, prompt_format_of, with_system_prompt
@@ -124,7 +124,7 @@ class LLM:
         system = system_prompt_source(spec.system_prompt, spec.prompt_refresh_s)
         name = spec.engine or guess_engine(path, concurrent=concurrent)
         try:
-            engine = load_engine(name, path, spec.engine_options_for(name))
+            engine = load_engine(name, path, with_projector(name, spec.engine_options_for(name), model))
         except BaseException:
             _close_source(system)
             raise
@@ -404,6 +404,16 @@ class LLM:
         _close_source(self.system_source)
         _close_source(self.format_source)
         self.engine.close()
+
+
+def with_projector(engine: str, options: dict[str, Any], model: str | Path | None) -> dict[str, Any]:
+    """`options` with the projector `model` brings along (a Hub vision model's) as the engine's
+    projector option, unless the options name one: such a model reads images as it comes."""
+    option = engine_class(engine).projector_option
+    if option is None or option in options:
+        return options
+    projector = projector_of(model)
+    return options if projector is None else {**options, option: str(projector)}
 
 
 def _is_live_template(spec: LoadSpec) -> bool:

@@ -109,6 +109,18 @@ def resolve_model_path(model: str | Path | None) -> Path:
     return path
 
 
+def projector_of(model: str | Path | None) -> Path | None:
+    """The projector a model reference brings along: a Hub GGUF model's `mmproj` file, fetched
+    with it. A local file names its projector with the engine's option; a logged model carries
+    its own (`ModelSpec.projector`)."""
+    ref = parse_model_ref(model)
+    if ref.hub is None:
+        return None
+    from llmflow.hub import fetch
+
+    return fetch(ref.hub).projector
+
+
 def model_name_of(path: Path) -> str:
     """The name a model goes by when it is given as a weights file: the file's name, without
     `.gguf` (and without a split GGUF's `-00001-of-00003`)."""

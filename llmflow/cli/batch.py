@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from llmflow.batch.models import BatchModel
 from llmflow.cli.common import EXIT_BAD_INPUT, exit_on_llmflow_error, parse_assignments
 from llmflow.errors import BatchFileError
 
@@ -49,6 +50,14 @@ def batch(
         list[str] | None,
         typer.Option("--params", "-p", help="a model param as k=v, the value JSON or text (repeatable)"),
     ] = None,
+    engine_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="KEY=VALUE",
+            help="an engine load option for a weights file or Hub model, e.g. mmproj=PROJECTOR.gguf "
+            "for a vision model (repeatable; a logged model loads with the options it was logged with)",
+        ),
+    ] = None,
     partitions: Annotated[
         int | None, typer.Option(min=1, help="Spark partitions (default: 4 per core)")
     ] = None,
@@ -82,23 +91,16 @@ def batch(
         model_params = parse_params(params or [])
         if json_schema is not None:
             model_params["json_schema"] = read_schema(json_schema)
+        engine_options = parse_assignments(engine_option, "--engine-option")
         check_input(input)
         check_output(output, overwrite=overwrite)
         columns = (prompt_column, image_column)
+        job = BatchModel(model, engine_options, Path(workdir))
         if spark is None:
-            summary = _run_local(model, input, output, columns, model_params, threads, Path(workdir))
+            summary = _run_local(job, input, output, columns, model_params, threads)
         else:
             summary = _run_spark(
-                spark,
-                model,
-                input,
-                output,
-                columns,
-                model_params,
-                partitions,
-                threads,
-                overwrite,
-                Path(workdir),
+                spark, job, input, output, columns, model_params, partitions, threads, overwrite
             )
     typer.secho(summary.line(), err=True, dim=True)
     typer.echo(output)
@@ -128,23 +130,21 @@ def read_schema(path: Path) -> str:
 
 
 def _run_local(
-    model: str,
+    job: BatchModel,
     input: str,
     output: str,
     column_names: tuple[str | None, str | None],
     params: dict[str, Any],
     threads: int | None,
-    workdir: Path,
 ) -> Any:
     from llmflow.batch.columns import input_columns
     from llmflow.batch.files import image_folder, read_frame, write_frame
     from llmflow.batch.local import run_local
-    from llmflow.batch.models import model_uri
 
     frame = read_frame(input)
     columns = input_columns(list(frame.columns), *column_names)
     out, summary = run_local(
-        model_uri(model, workdir), frame, columns, params, threads=threads, image_folder=image_folder(input)
+        job.uri(), frame, columns, params, threads=threads, image_folder=image_folder(input)
     )
     write_frame(out, output)
     return summary
@@ -152,7 +152,7 @@ def _run_local(
 
 def _run_spark(
     master: str,
-    model: str,
+    job: BatchModel,
     input: str,
     output: str,
     column_names: tuple[str | None, str | None],
@@ -160,9 +160,7 @@ def _run_spark(
     partitions: int | None,
     threads: int | None,
     overwrite: bool,
-    workdir: Path,
 ) -> Any:
-    from llmflow.batch.models import model_uri
     from llmflow.batch.spark_job import run_spark_job
     from llmflow.spark.session import start_session
     from llmflow.spark.udf import local_slots
@@ -171,7 +169,7 @@ def _run_spark(
     from pyspark.errors import AnalysisException
 
     try:
-        uri = model_uri(model, workdir, copy_weights=local_slots(master) is None)
+        uri = job.uri(copy_weights=local_slots(master) is None)
         return run_spark_job(
             session,
             uri,

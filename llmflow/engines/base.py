@@ -108,6 +108,10 @@ class Engine(ABC):
     #: the LoRA adapters it loads: "gguf" (a GGUF adapter file, llama.cpp's), "peft" (a PEFT
     #: adapter directory); None: none (see `load_adapter`)
     lora_format: ClassVar[Literal["gguf", "peft"] | None] = None
+    #: the load option that names a vision model's projector file (a Hub model's or a logged
+    #: model's projector goes there, see `llmflow.model_files.projector_of`); None: the engine
+    #: reads images without one, or none at all
+    projector_option: ClassVar[str | None] = None
     #: the validated load options (an engine sets its own; `seed` is every engine's default seed)
     options: EngineOptions = EngineOptions()
 

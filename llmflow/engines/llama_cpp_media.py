@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -212,6 +212,7 @@ class ReadsImages:
     """The `Engine` methods of a llama.cpp engine that may have a projector (`_projector`, None
     for a text-only model); listed before `Engine` in the engine's bases."""
 
+    projector_option: ClassVar[str | None] = "mmproj"
     _projector: Projector | None
 
     @property

@@ -21,7 +21,7 @@ from llmflow.hub.failures import hub_errors, unavailable_reason
 from llmflow.hub.listing import Listing, cached_listing, hub_listing
 from llmflow.hub.progress import progress_class
 from llmflow.hub.ref import HubRef
-from llmflow.hub.select import RepoFile, select_files
+from llmflow.hub.select import RepoFile, is_projector_file, select_files
 from llmflow.hub.settings import HubSettings
 from llmflow.hub.verify import checksum_problem, discard, sha256_of
 
@@ -63,6 +63,14 @@ class HubModel:
         """The files that go with `path`: a GGUF file's other split parts and mmproj file; a model
         directory's files (its folder may hold others too, of other references)."""
         return tuple(f.local for f in self.files if f.local != self.path)
+
+    @property
+    def projector(self) -> Path | None:
+        """A GGUF model's projector (a vision model's `mmproj` file), fetched with it; None for a
+        text-only model or a model directory."""
+        if self.path.is_dir():
+            return None
+        return next((f.local for f in self.files if is_projector_file(f.path)), None)
 
 
 _Key = tuple[HubRef, HubSettings]

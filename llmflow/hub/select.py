@@ -49,7 +49,7 @@ class Selection:
 def select_files(reference: str, quant: str | None, filename: str | None, files: list[RepoFile]) -> Selection:
     """The files `reference` needs among `files`; `HubNotFound` names what is missing."""
     by_path = {f.path: f for f in files}
-    ggufs = [f.path for f in files if _is_gguf(f.path) and not _is_mmproj(f.path)]
+    ggufs = [f.path for f in files if _is_gguf(f.path) and not is_projector_file(f.path)]
     if filename is not None:
         if filename not in by_path:
             raise HubNotFound(reference, f"the repo has no file {filename!r}", sorted(ggufs))
@@ -119,9 +119,7 @@ def _mmproj(entry: str, paths: list[str]) -> list[str]:
     """A multimodal repo's projector, from the entry's folder: the one of the entry's
     quantization when there are several, else the first."""
     folder = str(PurePosixPath(entry).parent)
-    here = sorted(
-        p for p in paths if _is_mmproj(p) and _is_gguf(p) and str(PurePosixPath(p).parent) == folder
-    )
+    here = sorted(p for p in paths if is_projector_file(p) and str(PurePosixPath(p).parent) == folder)
     if not here:
         return []
     same = [p for p in here if quant_label(p) == quant_label(entry)]
@@ -137,5 +135,6 @@ def _is_gguf(path: str) -> bool:
     return path.lower().endswith(".gguf")
 
 
-def _is_mmproj(path: str) -> bool:
-    return "mmproj" in PurePosixPath(path).name.lower()
+def is_projector_file(path: str) -> bool:
+    """A vision model's projector GGUF, by the name llama.cpp's converter gives it (`mmproj-...`)."""
+    return "mmproj" in PurePosixPath(path).name.lower() and _is_gguf(path)

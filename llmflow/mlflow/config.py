@@ -24,6 +24,8 @@ FORMAT_VERSION = 1
 WEIGHTS_ARTIFACT = "model"
 #: the prefix of a LoRA adapter's artifact name (`lora.NAME`)
 LORA_ARTIFACT = "lora."
+#: the name of a vision model's projector artifact
+PROJECTOR_ARTIFACT = "projector"
 
 
 class ModelSpec(LoadSpec):
@@ -51,6 +53,12 @@ class ModelSpec(LoadSpec):
         None,
         description="LoRA adapters, name -> their file: an artifact of the model (`lora.NAME`), or in "
         "reference mode a local path",
+    )
+
+    projector: str | None = Field(
+        None,
+        description="a vision model's projector file (llama.cpp's `mmproj`): an artifact of the model "
+        "(`projector`), or in reference mode a local path",
     )
 
     @field_validator("format_version")
@@ -93,6 +101,19 @@ class ModelSpec(LoadSpec):
         paths = {name: artifacts.get(f"{LORA_ARTIFACT}{name}", path) for name, path in self.lora.items()}
         options = {**self.engine_options, "lora": {**paths, **self.engine_options.get("lora", {})}}
         return self.model_copy(update={"engine_options": options})
+
+    def with_projector(self, artifacts: dict[str, str]) -> ModelSpec:
+        """This spec with its projector as the engine's projector option, at its artifact's local
+        path (or the path recorded in reference mode)."""
+        if self.projector is None:
+            return self
+        from llmflow.engines import engine_class
+
+        option = engine_class(str(self.engine)).projector_option
+        if option is None:
+            return self
+        path = artifacts.get(PROJECTOR_ARTIFACT, self.projector)
+        return self.model_copy(update={"engine_options": {**self.engine_options, option: path}})
 
     def load_llm(self, weights: Path) -> LLM:
         """The LLM this spec describes, with its weights at `weights`. Bad engine options (or a

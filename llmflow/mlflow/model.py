@@ -135,7 +135,7 @@ class LlmflowPyfuncModel(PythonModel):
 def llm_from_context(context: Any) -> tuple[LLM, bool | None]:
     """The LLM a logged model's `model_config` describes, and its tracing setting."""
     artifacts = context.artifacts or {}
-    spec = ModelSpec.parse(context.model_config).with_adapters(artifacts)
+    spec = ModelSpec.parse(context.model_config).with_adapters(artifacts).with_projector(artifacts)
     # inside a Spark task: the worker's already-loaded LLM, with threads that fit the task
     return load_llm(spec, weights_location(spec, artifacts)), spec.tracing
 

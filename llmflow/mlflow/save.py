@@ -26,11 +26,11 @@ from llmflow import __version__
 from llmflow.engines import engine_class, guess_engine
 from llmflow.errors import InvalidParams
 from llmflow.load_spec import LoadSpec
-from llmflow.mlflow.config import LORA_ARTIFACT, WEIGHTS_ARTIFACT, ModelSpec
+from llmflow.mlflow.config import LORA_ARTIFACT, PROJECTOR_ARTIFACT, WEIGHTS_ARTIFACT, ModelSpec
 from llmflow.mlflow.requirements import default_requirements
 from llmflow.mlflow.signature import INPUT_EXAMPLE, OUTPUT_PARAMS, build_signature
 from llmflow.mlflow.weights import copy_weights
-from llmflow.model_files import model_name_of, parse_model_ref, resolve_model_path
+from llmflow.model_files import model_name_of, parse_model_ref, projector_of, resolve_model_path
 
 #: the default interface: `{"prompt"}` / `{"messages"}` in, `{"content"}` chunk dicts out
 CHUNKS = "chunks"
@@ -80,9 +80,11 @@ def model_source(
     load = LoadSpec.parse({**options, "default_params": params})
     engine = load.engine or guess_engine(weights)
     engine_class(engine)  # an unknown engine fails now, not when the model is loaded
+    fields = load.model_dump(exclude_unset=True)
+    projector = _projector(engine, fields, model)
     spec = ModelSpec.parse(
         {
-            **load.model_dump(exclude_unset=True),
+            **fields,
             "engine": engine,
             "llmflow_version": __version__,
             "model_name": hub["reference"] if hub else model_name_of(weights),
@@ -90,9 +92,28 @@ def model_source(
             "weights_path": str(weights) if by_reference else None,
             "tracing": tracing,
             "lora": _adapters(lora, engine) or None,
+            "projector": str(projector) if projector is not None else None,
         }
     )
-    return ModelSource(spec, weights, interface, companions, hub)
+    return ModelSource(spec, weights, interface, tuple(c for c in companions if c != projector), hub)
+
+
+def _projector(engine: str, fields: dict[str, Any], model: str | Path | None) -> Path | None:
+    """The vision projector that travels with the model (as `ModelSpec.projector`, taken out of
+    `fields`' engine options): the file the engine's projector option names, else the one a Hub
+    model brings along; checked to exist."""
+    option = engine_class(engine).projector_option
+    if option is None:
+        return None
+    options = dict(fields.get("engine_options") or {})
+    named = options.pop(option, None)
+    if named is None:
+        return projector_of(model)
+    path = Path(str(named)).expanduser()
+    if not path.is_file():
+        raise InvalidParams.single(f"engine_options.{option}", f"no projector file at {str(named)!r}")
+    fields["engine_options"] = options
+    return path.resolve()
 
 
 def _adapters(lora: Mapping[str, str | Path] | None, engine: str) -> dict[str, str]:
@@ -247,6 +268,14 @@ def _add_weights_artifact(path: Path, source: ModelSource, mlflow_model: Any, pr
             CONFIG_KEY_ARTIFACT_URI: str(weights),
         }
     }
+    if source.spec.projector is not None:  # so does a vision model's projector
+        target = Path("artifacts", "projector", Path(source.spec.projector).name)
+        copy_weights(Path(source.spec.projector), path / target, progress=progress)
+        flavor[MODEL_CONFIG]["projector"] = target.as_posix()
+        flavor[CONFIG_KEY_ARTIFACTS][PROJECTOR_ARTIFACT] = {
+            CONFIG_KEY_ARTIFACT_RELATIVE_PATH: target.as_posix(),
+            CONFIG_KEY_ARTIFACT_URI: source.spec.projector,
+        }
     for name, file in (source.spec.lora or {}).items():  # LoRA adapters travel with the model
         target = Path("artifacts", "lora", name if Path(file).is_dir() else f"{name}.gguf")
         copy_weights(Path(file), path / target, progress=progress)

@@ -127,3 +127,43 @@ def test_a_binary_parquet_column_reaches_the_model(vision_saved, pictures):
     assert out.loc[1, "error"] == "" and out.loc[2, "finish_reason"] == "error"
     assert "image: is not an image" in out.loc[2, "error"]
     assert out["image"].tolist()[1] == PNG  # the input's bytes written back as they were
+
+
+def test_a_gguf_and_its_projector_given_as_an_engine_option(vision_model, pictures):
+    """`--engine-option mmproj=...` loads a vision GGUF's projector: no logged model needed."""
+    from tests.media.images import need_mtmd
+
+    need_mtmd()
+    folder, summary = vision_model
+    source = _write_jsonl(
+        pictures / "gguf.jsonl", [{"prompt": PROMPT, "photo": p} for p in (None, "pics/a.png")]
+    )
+    options = [
+        "--engine-option",
+        f"mmproj={folder / 'mmproj-vision-f16.gguf'}",
+        "--engine-option",
+        "n_ctx=512",
+    ]
+    out = _batch(
+        folder / "vision-f16.gguf", source, pictures / "gguf-out.jsonl", "--image-column", "photo", *options
+    )
+    assert (out["error"] == "").all(), out["error"].tolist()
+    assert out.loc[1, "prompt_tokens"] >= out.loc[0, "prompt_tokens"] + summary["image_tokens"]
+
+
+def test_engine_options_for_a_logged_model_are_refused_by_name(vision_saved, pictures):
+    saved, _ = vision_saved
+    source = _write_jsonl(pictures / "logged.jsonl", [{"prompt": PROMPT}])
+    result = CliRunner().invoke(
+        app,
+        [
+            "batch",
+            str(saved),
+            str(source),
+            str(pictures / "logged-out.jsonl"),
+            "--engine-option",
+            "n_ctx=512",
+        ],
+    )
+    assert result.exit_code != 0
+    assert "--engine-option" in result.output and "logged model" in result.output

@@ -261,3 +261,31 @@ def test_images_over_http_in_every_body_format(vision_http, server):
     bad = {"inputs": {"prompt": "Describe.", "images": ["not base64!"]}, "params": params}
     response = http.post("/invocations", json=bad)
     assert response.status_code == 400 and "input.images[0]" in response.text
+
+
+def test_a_logged_vision_model_carries_its_projector(vision_model, tmp_path):
+    """Saved with its weights, the projector the engine option named is an artifact too: the
+    model's config names no local file, and the model loaded back reads images."""
+    need_mtmd()
+    folder, _ = vision_model
+    model, options = vision_load_options(folder)
+    saved = tmp_path / "model"
+    llmflow.mlflow.save_model(saved, model, **options)
+    assert (saved / "artifacts" / "projector" / "mmproj-vision-f16.gguf").is_file()
+    config = mlflow.models.Model.load(str(saved)).flavors["python_function"]["config"]
+    assert config["projector"] == "artifacts/projector/mmproj-vision-f16.gguf"
+    assert "mmproj" not in config["engine_options"]
+    loaded = mlflow.pyfunc.load_model(str(saved))
+    llm = llmflow.mlflow.find_llm(loaded)
+    try:
+        assert llm.engine.input_modalities == ("text", "image")
+    finally:
+        llm.close()
+
+
+def test_a_missing_projector_is_refused_when_the_model_is_saved(tmp_path):
+    with pytest.raises(InvalidRequest) as error:
+        llmflow.mlflow.save_model(
+            tmp_path / "model", engine="llama_cpp", engine_options={"mmproj": str(tmp_path / "nowhere.gguf")}
+        )
+    assert error.value.problems[0].field == "engine_options.mmproj"
