@@ -99,13 +99,12 @@ class ModelState:
         that nobody frees the model while a thread still decodes with it."""
         self.end_generations()
         executor, self._executor = self._executor, None
-        if executor is None:
-            return
-        waiting = asyncio.ensure_future(asyncio.to_thread(executor.shutdown, wait=True))
-        done, _ = await asyncio.wait({waiting}, timeout=grace_s)
-        if not done:
-            logger.warning("a generation of %r did not stop within %s s of shutdown", self.name, grace_s)
-            return
+        if executor is not None:  # none when every stream was read on the event loop (pushed tokens)
+            waiting = asyncio.ensure_future(asyncio.to_thread(executor.shutdown, wait=True))
+            done, _ = await asyncio.wait({waiting}, timeout=grace_s)
+            if not done:
+                logger.warning("a generation of %r did not stop within %s s of shutdown", self.name, grace_s)
+                return
         if self.served.llm is not None:  # with a disk tier, the kept conversations outlive the server
             await asyncio.to_thread(self.served.llm.engine.persist)
 

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
+from typing import Any
 
 import httpx
 from openai import OpenAI
 
 from llmflow import LLM
 from llmflow.server import ServedModel
-from tests.server.conftest import TIMEOUT_S, running
+from tests.bench.servers import free_port
+from tests.server.conftest import TIMEOUT_S, running, wait_healthy
 
 SYSTEM = "You are a terse assistant for a shop that sells paint. " * 12
 
@@ -123,3 +127,41 @@ def test_a_restarted_server_finds_the_conversation_in_its_cache_directory(tmp_pa
     ]
     again = one_turn()
     assert again.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
+
+
+def test_llmflow_serve_saves_a_streamed_conversation_when_it_stops(tmp_path):
+    """`llmflow serve` stopped by SIGTERM saves what its batching engine keeps to the disk tier,
+    though its streams were read on the event loop with no worker thread (shutdown once returned
+    before saving when no worker had ever run); a new server answers the next turn from it."""
+    model = "SmolLM2-135M-Instruct.Q4_1"
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi"}]
+
+    def one_turn() -> tuple[str, Any]:
+        port = free_port()
+        command = [sys.executable, "-m", "llmflow", "serve", "--port", str(port),
+                   "--engine", "llama_cpp_batched", "--engine-option", "n_ctx=1024", "--parallel", "2",
+                   "--engine-option", f"prompt_cache_dir={tmp_path}", "--log-level", "warning"]  # fmt: skip
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_healthy(process, url)
+            client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT_S)
+            stream = client.chat.completions.create(
+                model=model,
+                messages=messages,
+                max_tokens=4,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            chunks = list(stream)
+        finally:
+            process.terminate()
+            process.wait(60)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return text, chunks[-1].usage
+
+    text, first = one_turn()
+    assert list(tmp_path.glob("*.kv"))
+    messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Bye"}]
+    _, again = one_turn()
+    assert again.prompt_tokens_details.cached_tokens >= first.prompt_tokens
