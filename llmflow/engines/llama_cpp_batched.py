@@ -491,10 +491,21 @@ class LlamaStepBackend:
         free_sampler(self._lib, sampler)
 
     def copy(self, src: int, dst: int) -> None:
+        """`dst` holds what `src` holds, from now on. In one KV pool that is cell bookkeeping
+        (`seq_cp`). With a KV stream per sequence, llama.cpp only queues a copy between streams
+        until the next pass, while a saved state is read and written at once: a state saved from
+        `dst`, or restored into `src` or `dst`, before that pass would be the wrong one (another
+        conversation's KV under this one's tokens). So the copy goes through the state, done
+        when it returns."""
         # `dst` may still hold a finished request's cells; in one KV pool seq_cp would add src's
         # cells to them (two cells per position) rather than replace them
         self._lib.llama_memory_seq_rm(self._memory, dst, -1, -1)
-        self._lib.llama_memory_seq_cp(self._memory, src, dst, -1, -1)
+        if self.shape.kv_unified:
+            self._lib.llama_memory_seq_cp(self._memory, src, dst, -1, -1)
+            return
+        state = save_sequence(self._lib, self._ctx, src)
+        if state is not None:
+            restore_sequence(self._lib, self._ctx, dst, state)
 
     def truncate(self, seq: int, keep: int) -> int:
         if self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1):
