@@ -25,12 +25,13 @@ from typing import Any
 from llmflow import __version__
 from llmflow.engines import engine_class, guess_engine
 from llmflow.errors import InvalidParams
+from llmflow.llm import with_projector
 from llmflow.load_spec import LoadSpec
 from llmflow.mlflow.config import LORA_ARTIFACT, PROJECTOR_ARTIFACT, WEIGHTS_ARTIFACT, ModelSpec
 from llmflow.mlflow.requirements import default_requirements
 from llmflow.mlflow.signature import INPUT_EXAMPLE, OUTPUT_PARAMS, build_signature
 from llmflow.mlflow.weights import copy_weights
-from llmflow.model_files import model_name_of, parse_model_ref, projector_of, resolve_model_path
+from llmflow.model_files import model_name_of, parse_model_ref, resolve_model_path
 
 #: the default interface: `{"prompt"}` / `{"messages"}` in, `{"content"}` chunk dicts out
 CHUNKS = "chunks"
@@ -81,7 +82,7 @@ def model_source(
     engine = load.engine or guess_engine(weights)
     engine_class(engine)  # an unknown engine fails now, not when the model is loaded
     fields = load.model_dump(exclude_unset=True)
-    projector = _projector(engine, fields, model)
+    projector, fields["engine_options"] = _projector(engine, fields.get("engine_options") or {}, model)
     spec = ModelSpec.parse(
         {
             **fields,
@@ -98,22 +99,23 @@ def model_source(
     return ModelSource(spec, weights, interface, tuple(c for c in companions if c != projector), hub)
 
 
-def _projector(engine: str, fields: dict[str, Any], model: str | Path | None) -> Path | None:
-    """The vision projector that travels with the model (as `ModelSpec.projector`, taken out of
-    `fields`' engine options): the file the engine's projector option names, else the one a Hub
-    model brings along; checked to exist."""
+def _projector(
+    engine: str, options: dict[str, Any], model: str | Path | None
+) -> tuple[Path | None, dict[str, Any]]:
+    """The vision projector that travels with the model (as `ModelSpec.projector`, checked to
+    exist) and the engine options without it: the one the engine loads (`llm.with_projector`: the
+    file its projector option names, else the one a Hub model brings along)."""
     option = engine_class(engine).projector_option
     if option is None:
-        return None
-    options = dict(fields.get("engine_options") or {})
-    named = options.pop(option, None)
+        return None, options
+    rest = dict(with_projector(engine, options, model))
+    named = rest.pop(option, None)
     if named is None:
-        return projector_of(model)
+        return None, rest
     path = Path(str(named)).expanduser()
     if not path.is_file():
         raise InvalidParams.single(f"engine_options.{option}", f"no projector file at {str(named)!r}")
-    fields["engine_options"] = options
-    return path.resolve()
+    return path.absolute(), rest  # not resolved: a Hub file is a link whose name is the file's
 
 
 def _adapters(lora: Mapping[str, str | Path] | None, engine: str) -> dict[str, str]:

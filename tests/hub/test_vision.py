@@ -10,7 +10,7 @@ import pytest
 
 from llmflow import LLM
 from tests.hub.fake_hub import FakeHub, HubFile, HubRepo
-from tests.media.images import need_mtmd
+from tests.media.images import assert_loads_reading_images, need_mtmd
 
 VISION_REPO = "llmflow-test/tiny-vision-GGUF"
 
@@ -52,16 +52,9 @@ def test_an_engine_option_still_chooses_the_projector(vision_hub, tmp_path):
 
 
 def test_a_model_logged_from_the_reference_carries_the_projector(vision_hub, tmp_path):
-    import mlflow.pyfunc
-
     import llmflow.mlflow
 
     saved = tmp_path / "saved"
     llmflow.mlflow.save_model(saved, f"hf://{VISION_REPO}", engine="llama_cpp", engine_options={"n_ctx": 512})
     assert sorted(p.name for p in (saved / "artifacts").iterdir()) == ["projector", "vision-f16.gguf"]
-    model = mlflow.pyfunc.load_model(str(saved))
-    llm = llmflow.mlflow.find_llm(model)
-    try:
-        assert llm.engine.input_modalities == ("text", "image")
-    finally:
-        llm.close()
+    assert_loads_reading_images(saved)

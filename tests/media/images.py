@@ -50,6 +50,19 @@ def vision_load_options(folder: Path) -> tuple[str, dict[str, Any]]:
     return str(folder / "vision-f16.gguf"), {"engine": "llama_cpp", "engine_options": options}
 
 
+def assert_loads_reading_images(saved: Path) -> None:
+    """The llmflow model saved at `saved`, loaded back by MLflow, reads images."""
+    import mlflow.pyfunc
+
+    import llmflow.mlflow
+
+    llm = llmflow.mlflow.find_llm(mlflow.pyfunc.load_model(str(saved)))
+    try:
+        assert llm.engine.input_modalities == ("text", "image")
+    finally:
+        llm.close()
+
+
 def bomb_png(width: int = 100_000, height: int = 100_000) -> bytes:
     """A PNG of a few hundred bytes whose header declares `width` x `height` pixels."""
 

@@ -22,7 +22,13 @@ import llmflow.mlflow
 from llmflow.errors import InvalidImage, InvalidRequest, UnsupportedInput
 from llmflow.mlflow.inputs import parse_rows
 from llmflow.types import ImageRef, Message
-from tests.media.images import data_uri, image_bytes, need_mtmd, vision_load_options
+from tests.media.images import (
+    assert_loads_reading_images,
+    data_uri,
+    image_bytes,
+    need_mtmd,
+    vision_load_options,
+)
 
 PNG = image_bytes(size=(64, 64))
 B64 = base64.b64encode(PNG).decode()
@@ -275,12 +281,7 @@ def test_a_logged_vision_model_carries_its_projector(vision_model, tmp_path):
     config = mlflow.models.Model.load(str(saved)).flavors["python_function"]["config"]
     assert config["projector"] == "artifacts/projector/mmproj-vision-f16.gguf"
     assert "mmproj" not in config["engine_options"]
-    loaded = mlflow.pyfunc.load_model(str(saved))
-    llm = llmflow.mlflow.find_llm(loaded)
-    try:
-        assert llm.engine.input_modalities == ("text", "image")
-    finally:
-        llm.close()
+    assert_loads_reading_images(saved)
 
 
 def test_a_missing_projector_is_refused_when_the_model_is_saved(tmp_path):
