@@ -77,13 +77,16 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int) -> dict[str, Any]:
-    """One streamed, greedy chat request: TTFT (first content), end-to-end time, the answer and its
-    chunk count, and the usage and llama-server's `timings` where sent."""
+def stream_chat(
+    url: str, model: str, messages: list[dict], max_tokens: int, **more: Any
+) -> dict[str, Any]:
+    """One streamed, greedy chat request (`more`: more body fields): TTFT and the time of the last
+    content (both from the start), end-to-end time, the answer and its chunk count, and the usage
+    and llama-server's `timings` where sent."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+            "stream": True, "stream_options": {"include_usage": True}, **more}  # fmt: skip
     start = time.perf_counter()
-    ttft, parts, usage, timings = None, [], None, None
+    ttft, last, parts, usage, timings = None, None, [], None, None
     with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=600, trust_env=False) as r:
         r.raise_for_status()
         for line in r.iter_lines():
@@ -95,9 +98,10 @@ def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int) -> 
             for choice in event.get("choices") or ():
                 text = (choice.get("delta") or {}).get("content")
                 if text:
-                    ttft = ttft if ttft is not None else time.perf_counter() - start
+                    last = time.perf_counter() - start
+                    ttft = ttft if ttft is not None else last
                     parts.append(text)
-    return {"ttft_s": ttft, "e2e_s": time.perf_counter() - start, "text": "".join(parts),
+    return {"ttft_s": ttft, "last_s": last, "e2e_s": time.perf_counter() - start, "text": "".join(parts),
             "chunks": len(parts), "usage": usage, "timings": timings}  # fmt: skip
 
 

@@ -23,6 +23,8 @@
 #   run_h200.sh bench WORK OUT.json [ARGS...]  # benchmarks/gpu/bench_llama_cpp_gpu.py
 #   run_h200.sh sessions WORK OUT.json [ARGS...]  # benchmarks/bench_sessions.py --peers-only on the
 #                                        # 8B shape's Q4_K_M against llama-server
+#   run_h200.sh speculation WORK OUT.json [ARGS...]  # benchmarks/bench_speculation_servers.py on the
+#                                        # 8B shape's Q4_K_M against llama-server's n-gram speculation
 #   run_h200.sh vision SRC TOKENIZER WORK  # after build: make_vision_model.py --shape smolvlm-256m
 #                                        # into WORK/vision-256m, the text model in Q8_0 (~1 min)
 #   run_h200.sh images WORK OUT.json VISION [ARGS...]  # benchmarks/bench_images.py against llama-server
@@ -177,6 +179,14 @@ case $1 in
         with_build "$work"
         cd "$root"
         python3 -m benchmarks.bench_sessions --peers-only --model "$work/models/llama3-8b-Q4_K_M.gguf" \
+            --llama-server "$work/bin/llama-server" --llama-server-args "-ngl 999" --out "$out" "$@"
+        ;;
+    speculation)
+        work=$2 out=$3
+        shift 3
+        with_build "$work"
+        cd "$root"
+        python3 -m benchmarks.bench_speculation_servers --model "$work/models/llama3-8b-Q4_K_M.gguf" \
             --llama-server "$work/bin/llama-server" --llama-server-args "-ngl 999" --out "$out" "$@"
         ;;
     vision)
