@@ -7,7 +7,7 @@ Servers, all kept up for the run, one request at a time among them:
   server with the request's `"speculative": false`: side `llmflow off`;
 - `llama-server` without speculation (`llama-server off`) and with each `--spec-type` given
   (`llama-server ngram-simple`, ...), each its own process (llama-server reads its speculation
-  from the command line only).
+  from the command line only) with that type's own draft lengths.
 
 A request's decode tokens/s: its completion tokens less one over the time from its first content
 to its last. Each round sends every rewrite prompt to every side, the sides in an order that
@@ -52,7 +52,8 @@ def decode_rate(answer: dict[str, Any]) -> float | None:
 def servers(args: argparse.Namespace, model: Path) -> dict[str, Callable[[int], list[str]]]:
     """Each server's command for a port, by name: `llmflow`, `llama-server off`, then
     `llama-server TYPE` for each `--spec-type`."""
-    options = {"n_ctx": args.n_ctx, "n_threads": args.threads, "speculative": "true", "draft_max": args.draft_max}
+    options = {"n_ctx": args.n_ctx, "n_threads": args.threads, "speculative": "true",
+               "draft_max": args.draft_max}  # fmt: skip
     engine_options = [part for k, v in options.items() for part in ("--engine-option", f"{k}={v}")]
     more = shlex.split(args.llama_server_args)
 
@@ -70,8 +71,8 @@ def servers(args: argparse.Namespace, model: Path) -> dict[str, Callable[[int], 
 
     commands = {"llmflow": llmflow, f"llama-server {OFF}": llama_server([])}
     for kind in args.spec_type:
-        flags = ["--spec-type", kind, "--spec-draft-n-max", str(args.draft_max)]
-        commands[f"llama-server {kind}"] = llama_server(flags)
+        # each n-gram type drafts as long as its own defaults say (ngram-simple 48, ngram-mod 64)
+        commands[f"llama-server {kind}"] = llama_server(["--spec-type", kind])
     return commands
 
 
@@ -94,10 +95,16 @@ def one_round(table: dict[str, tuple[str, dict, str]], models: dict[str, str], r
         for i in range(len(REWRITES)):
             messages = [{"role": "user", "content": rewrite_prompt(i)}]
             answer = stream_chat(url, models[url], messages, args.max_tokens, **more)
-            answers[name].append({"rate": decode_rate(answer), "tokens": (answer["usage"] or {}).get(
-                "completion_tokens"), "ttft_s": answer["ttft_s"], "text": answer["text"]})
-        print(f"round {round_ + 1} {name}: "
-              f"{statistics.median(a['rate'] or 0 for a in answers[name]):.1f} tok/s", flush=True)  # fmt: skip
+            answers[name].append(
+                {
+                    "rate": decode_rate(answer),
+                    "tokens": (answer["usage"] or {}).get("completion_tokens"),
+                    "ttft_s": answer["ttft_s"],
+                    "text": answer["text"],
+                }
+            )
+        rate = statistics.median(a["rate"] or 0 for a in answers[name])
+        print(f"round {round_ + 1} {name}: {rate:.1f} tok/s", flush=True)
     return answers
 
 
@@ -131,9 +138,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--n-ctx", type=int, default=2048)
-    p.add_argument("--draft-max", type=int, default=8, help="draft tokens per pass at most, every server")
+    p.add_argument("--draft-max", type=int, default=8, help="llmflow's draft tokens per pass at most")
     p.add_argument("--threads", type=int, default=usable_cores())
-    p.add_argument("--spec-type", action="append", help="llama-server --spec-type (default: ngram-simple, ngram-mod)")
+    p.add_argument(
+        "--spec-type", action="append", help="llama-server --spec-type (default: ngram-simple, ngram-mod)"
+    )
     p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
     p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
     p.add_argument("--llama-server-args", default="", help="more llama-server options, e.g. '-ngl 999'")

@@ -77,9 +77,7 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def stream_chat(
-    url: str, model: str, messages: list[dict], max_tokens: int, **more: Any
-) -> dict[str, Any]:
+def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int, **more: Any) -> dict[str, Any]:
     """One streamed, greedy chat request (`more`: more body fields): TTFT and the time of the last
     content (both from the start), end-to-end time, the answer and its chunk count, and the usage
     and llama-server's `timings` where sent."""
