@@ -94,11 +94,24 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def gpu_names() -> str | None:
+    """The NVIDIA GPUs' names, comma-separated, or None without `nvidia-smi` (a CPU machine)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return ", ".join(names) if done.returncode == 0 and names else None
+
+
 def machine() -> dict[str, Any]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu_model": cpu_model(), "usable_cores": cores, "logical_cpus": os.cpu_count(),
+    info = {"cpu_model": cpu_model(), "usable_cores": cores, "logical_cpus": os.cpu_count(),
             "platform": platform.platform(), "llama_cpp_system_info": llama_cpp_system_info(),
             "packages": package_versions()}  # fmt: skip
+    gpus = gpu_names()
+    return {"gpu": gpus, **info} if gpus else info
 
 
 def command_line(argv: list[str] | None = None) -> str:

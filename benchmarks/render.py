@@ -454,7 +454,7 @@ PARTS: dict[str, Part] = {
         "constraints": constraints, "peers": peers, "speculation": speculation, "lora": lora,
         "sessions": sessions, "soak": checks, "load": checks, "images": images,
     }.items()},
-    "gpu-images": Part("images_h200", images, GPU_RUN.format("images")),
+    "gpu-images": Part("images_gpu", images, GPU_RUN.format("images")),
     "gpu-sessions": Part("sessions_h200", sessions, GPU_RUN.format("sessions")),
     "gpu-llama-cpp": Part("llama_cpp_gpu_h200_run12", gpu_servers, GPU_RUN.format("bench")),
     "gpu-llama-cpp-switch": Part("llama_cpp_gpu_h200_run13", gpu_servers, GPU_RUN.format("measure")),
@@ -492,6 +492,7 @@ def provenance(d: Result, path: str, part: Part) -> str:
     )
     if "cpu_model" in machine:
         where = f"{machine['cpu_model']}, {machine['usable_cores']} usable cores"
+        where = f"{machine['gpu']}; {where}" if machine.get("gpu") else where
         load = f"{num(machine.get('load_1m_start'), 2)} → {num(machine.get('load_1m_end'), 2)}"
         where += f"; 1-minute load average {load}" if machine.get("load_1m_start") is not None else ""
     else:
