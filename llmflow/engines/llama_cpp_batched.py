@@ -34,6 +34,7 @@ from llmflow.engines.llama_cpp import (
     start_load,
     usable_cores,
 )
+from llmflow.engines.llama_cpp_draft import BatchedDraftModel
 from llmflow.engines.llama_cpp_embed import lazy_embedder
 from llmflow.engines.llama_cpp_loop import GREEDY, free_sampler, sampler_chain
 from llmflow.engines.llama_cpp_media import Projector, ReadsImages
@@ -94,15 +95,6 @@ class LlamaCppBatchedOptions(LlamaCppOptions):
         "together; default: on a GPU (or with kv_unified). Off, each prompt chunk is a pass of its "
         "own, and on the CPU a request's numbers do not depend on what runs beside it",
     )
-
-    @field_validator("draft_model")
-    @classmethod
-    def _no_draft_model(cls, value: str | None) -> str | None:
-        if value is not None:
-            raise ValueError(
-                "is for the llama_cpp engine; llama_cpp_batched drafts by prompt lookup (speculative: true)"
-            )
-        return value
 
     @field_validator("prefill_chunk")
     @classmethod
@@ -183,8 +175,10 @@ class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
         model_path: Path,
         options: LlamaCppBatchedOptions,
         prompt_cache: PromptCache | None = None,
+        draft: BatchedDraftModel | None = None,
     ):
         self._backend = backend
+        self._draft = draft
         self._projector = backend.projector
         self._prompt_cache = prompt_cache
         self._vocab = vocab
@@ -203,23 +197,30 @@ class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
             reuse_tokens=options.prompt_cache,
             prompt_cache=prompt_cache,
             speculation=options.speculation(),
+            draft_model=draft,
         )
 
     @classmethod
     def load(cls, model_path: str | Path, **options: Any) -> LlamaCppBatchedEngine:
         parsed, path, llama_cpp, where = start_load(cls.name, LlamaCppBatchedOptions, model_path, options)
         model = _load_model(llama_cpp, path, parsed, where)
-        projector = None
+        projector = backend = draft = None
         try:
             vocab = LlamaVocab(model, model.metadata())
             projector = open_projector(llama_cpp, model.model, parsed, where)
             backend = LlamaStepBackend.create(llama_cpp, model, parsed, where, projector)
+            if parsed.draft_model is not None:
+                draft = _open_draft(llama_cpp, vocab, backend, parsed, where)
         except BaseException:
-            if projector is not None:
-                projector.close()
-            model.close()
+            if backend is not None:
+                backend.close()  # its projector and model too
+            else:
+                if projector is not None:
+                    projector.close()
+                model.close()
             raise
-        engine = cls(backend, vocab, path, parsed, prompt_cache_for(llama_cpp, cls.name, path, parsed))
+        cache = prompt_cache_for(llama_cpp, cls.name, path, parsed)
+        engine = cls(backend, vocab, path, parsed, cache, draft)
         return with_adapters(engine, parsed.lora)
 
     @property
@@ -259,7 +260,7 @@ class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
         return self._scheduler.stats()
 
     def speculation_stats(self) -> SpeculationCounts | None:
-        return self._scheduler.speculation_counts if self.options.speculative else None
+        return self._scheduler.speculation_counts if self.options.speculation() is not None else None
 
     def cache_stats(self) -> CacheStats | None:
         return self._prompt_cache.stats() if self._prompt_cache is not None else None
@@ -280,6 +281,8 @@ class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
         if self._prompt_cache is not None:
             self._prompt_cache.close()
         self._embedder.close()
+        if self._draft is not None:
+            self._draft.close()
         self._backend.close()
 
 
@@ -307,6 +310,33 @@ def _load_model(llama_cpp: Any, path: Path, options: LlamaCppOptions, where: Pla
         return _internals.LlamaModel(path_model=str(path), params=params, verbose=options.verbose)
     except ValueError as exc:
         raise ModelNotFound(f"llama.cpp could not load {str(path)!r}: {exc}") from None
+
+
+def _open_draft(
+    llama_cpp: Any,
+    vocab: LlamaVocab,
+    backend: LlamaStepBackend,
+    options: LlamaCppBatchedOptions,
+    where: Placement,
+) -> BatchedDraftModel:
+    """The options' draft model, on the same device as the model, with a sequence per generation
+    slot of the model's context length; a draft of another vocabulary is refused (its token ids
+    would mean other text)."""
+    path = Path(str(options.draft_model))
+    if not path.is_file():
+        raise InvalidParams.single("draft_model", f"no GGUF file at {str(path)!r}")
+    model = _load_model(llama_cpp, path, options, where)
+    try:
+        if LlamaVocab(model, model.metadata()).pieces != vocab.pieces:
+            raise InvalidParams.single("draft_model", f"{path.name} has another vocabulary than the model")
+        shape = backend.shape
+        same_shape = {"parallel": shape.parallel, "n_ctx": backend.n_ctx_seq, "n_batch": shape.n_batch}
+        own = options.model_copy(update={**same_shape, "prefill_chunk": None, "one_pass": None})
+        draft_backend = LlamaStepBackend.create(llama_cpp, model, own, where)
+    except BaseException:
+        model.close()
+        raise
+    return BatchedDraftModel(draft_backend)
 
 
 def _kv_bytes_per_token(llama_cpp: Any, model: Any, kv_cache_type: str) -> int:

@@ -25,7 +25,7 @@ from llmflow.engines.base import TokenRequest
 from llmflow.engines.handoff import Mailbox, wake
 from llmflow.engines.lora import AdapterKey, adapter_key
 from llmflow.engines.prompt_cache import PromptCache, common_prefix
-from llmflow.engines.speculation import Drafts, Speculation, SpeculationCounts
+from llmflow.engines.speculation import Drafts, SequenceDrafter, Speculation, SpeculationCounts, Want
 from llmflow.errors import EngineFailed
 from llmflow.media.prompt import PromptImage, media_images
 from llmflow.params import SamplingParams
@@ -400,11 +400,14 @@ class BatchScheduler:
         reuse_tokens: bool = True,
         prompt_cache: PromptCache | None = None,
         speculation: Speculation | None = None,
+        draft_model: SequenceDrafter | None = None,
     ):
         """`one_pass`: each step is one forward pass over the decoding tokens and the prompt
         chunks together (for a GPU, where that costs about as much as the decoding tokens alone).
-        `speculation`: decoding requests that allow it verify a prompt-lookup draft in the step's
-        pass (not those with an output constraint: the backend masks only a pass's first row)."""
+        `speculation`: decoding requests that allow it verify a draft in the step's pass (not
+        those with an output constraint: the backend masks only a pass's first row), from prompt
+        lookup or, for text-only requests, from `draft_model` (its sequence ids are the
+        scheduler's)."""
         if n_batch < max(parallel, prefill_chunk):
             raise ValueError(f"n_batch ({n_batch}) must be at least parallel and prefill_chunk")
         self.backend = backend
@@ -438,7 +441,7 @@ class BatchScheduler:
         self._restores = 0
         self._save_s = 0.0
         self._save_s_max = 0.0
-        self._drafts = Drafts(speculation) if speculation is not None else None
+        self._drafts = Drafts(speculation, draft_model) if speculation is not None else None
         self.speculation_counts = SpeculationCounts()
         self._thread = threading.Thread(target=self._run, name="llmflow-batch-scheduler", daemon=True)
         self._thread.start()
@@ -650,18 +653,17 @@ class BatchScheduler:
         drafts.keep_only(self._running)
         decoding = [r for r in self._running if r.pending == 1]
         room = self.n_batch - len(decoding) - (self.prefill_chunk if self.one_pass else 0)
-        planned: dict[Request, list[int]] = {}
+        wants: list[Want] = []
         for r in decoding:
             if room <= 0:
                 break
             if r.constraint is not None or not r.params.speculative:
                 continue
-            most = min(room, r.limit - r.generated - 1, self.n_ctx - len(r.tokens))
-            draft = drafts.propose(r, r.tokens, most) if most > 0 else []
-            if draft:
-                planned[r] = draft
-                room -= len(draft)
-        return planned
+            most = min(room, r.limit - r.generated - 1, self.n_ctx - len(r.tokens), drafts.length(r))
+            if most > 0:
+                wants.append(Want(r, r.seq, r.tokens, most, not r.images))
+                room -= most
+        return {r: draft for r, draft in drafts.propose(wants).items() if draft}
 
     def _forward(self, planned: list[tuple[Request, BatchEntry]]) -> None:
         """One forward pass, then hand out the sampled tokens; the images among the entries

@@ -21,7 +21,7 @@ Standard library only: engines call it on their per-token path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -161,34 +161,84 @@ class SpeculationCounts:
         self.accepted += accepted
 
 
+class SequenceDrafter(Protocol):
+    """A draft model drafting for many sequences together (a batching engine's): for each sequence
+    id, the greedy continuation of its tokens, `k` tokens long at most."""
+
+    def continue_greedily(self, wants: Mapping[int, tuple[Sequence[int], int]]) -> dict[int, list[int]]: ...
+
+
 class Drafts:
-    """Prompt lookup for many generations at once (a batching scheduler): each generation's
-    `PromptLookup` and `DraftLength`, kept in step with its tokens, by a key of the caller's."""
+    """Drafts for many generations at once (a batching scheduler): each generation's
+    `DraftLength`, and its `PromptLookup` kept in step with its tokens, by a key of the caller's.
+    With a draft `model`, text-only generations are drafted by it, all in the same passes;
+    generations with images (which a draft model cannot read) by prompt lookup."""
 
-    __slots__ = ("_speculation", "_state")
+    __slots__ = ("_speculation", "_model", "_state")
 
-    def __init__(self, speculation: Speculation):
+    def __init__(self, speculation: Speculation, model: SequenceDrafter | None = None):
         self._speculation = speculation
-        self._state: dict[object, tuple[PromptLookup, DraftLength]] = {}
+        self._model = model
+        self._state: dict[object, _Drafting] = {}
 
-    def propose(self, key: object, tokens: Sequence[int], most: int) -> list[int]:
-        """The next draft of the generation `key` whose tokens (prompt and answer) are `tokens`:
-        at most `most` tokens."""
+    def length(self, key: object) -> int:
+        """How long the generation `key`'s next draft may be."""
         state = self._state.get(key)
-        if state is None:
-            spec = self._speculation
-            state = self._state[key] = (spec.lookup(), DraftLength(spec.draft_max))
-        lookup, length = state
-        lookup.extend(tokens[len(lookup) :])
-        return lookup.propose(min(most, length.current))
+        return state.length.current if state is not None else self._speculation.draft_max
+
+    def propose(self, wants: Iterable[Want]) -> dict[object, list[int]]:
+        """The next draft of each generation wanted (`Want`), at most as long as its `length`."""
+        drafts: dict[object, list[int]] = {}
+        by_model: dict[int, tuple[object, Sequence[int], int]] = {}
+        for want in wants:
+            state = self._state.get(want.key)
+            if state is None:
+                state = self._state[want.key] = _Drafting(DraftLength(self._speculation.draft_max))
+            k = min(want.most, state.length.current)
+            if self._model is not None and want.text_only:
+                by_model[want.seq] = (want.key, want.tokens, k)
+                continue
+            if state.lookup is None:
+                state.lookup = self._speculation.lookup()
+            state.lookup.extend(want.tokens[len(state.lookup) :])
+            drafts[want.key] = state.lookup.propose(k)
+        if by_model:
+            assert self._model is not None
+            wanted = {seq: (tokens, k) for seq, (_, tokens, k) in by_model.items()}
+            made = self._model.continue_greedily(wanted)
+            for seq, (key, _, _) in by_model.items():
+                drafts[key] = made.get(seq, [])
+        return drafts
 
     def record(self, key: object, drafted: int, accepted: int) -> None:
         state = self._state.get(key)
         if state is not None:
-            state[1].update(drafted, accepted)
+            state.length.update(drafted, accepted)
 
     def keep_only(self, keys: Iterable[object]) -> None:
         """Forget the generations not in `keys` (ended)."""
         alive = set(keys)
         for key in [k for k in self._state if k not in alive]:
             del self._state[key]
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """One generation's wish for a draft: its key, its sequence id (a draft model's sequence), its
+    tokens (prompt and answer), the draft's length at most, and whether its tokens are text alone."""
+
+    key: object
+    seq: int
+    tokens: Sequence[int]
+    most: int
+    text_only: bool = True
+
+
+class _Drafting:
+    """One generation's draft length and, once it drafts by prompt lookup, its n-grams."""
+
+    __slots__ = ("length", "lookup")
+
+    def __init__(self, length: DraftLength):
+        self.length = length
+        self.lookup: PromptLookup | None = None
