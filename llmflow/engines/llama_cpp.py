@@ -125,7 +125,7 @@ class LlamaCppOptions(EngineOptions):
     draft_model: str | None = Field(
         None,
         description="a small GGUF model of the same vocabulary whose greedy continuation is the "
-        "draft each pass verifies, instead of prompt lookup (turns speculation on; llama_cpp engine)",
+        "draft each pass verifies, instead of prompt lookup (turns speculation on)",
     )
     mmproj: str | None = Field(
         None,
@@ -444,10 +444,14 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
             cache.flush()
 
     def memory_bytes(self) -> int:
-        """The weights and the context's KV cache (see `engines/memory.py`)."""
+        """The weights and the context's KV cache, the draft model's too (see `engines/memory.py`)."""
         import llama_cpp
 
-        return llama_cpp_bytes(llama_cpp, self._llama._model.model, self.n_ctx, self.options.kv_cache_type)
+        kv_type = self.options.kv_cache_type
+        used = llama_cpp_bytes(llama_cpp, self._llama._model.model, self.n_ctx, kv_type)
+        if self._draft_model is not None:
+            used += llama_cpp_bytes(llama_cpp, self._draft_model.llama._model.model, self.n_ctx, kv_type)
+        return used
 
     def close(self) -> None:
         if self._prompt_cache is not None:

@@ -273,8 +273,11 @@ class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
         return self._backend.shape.on_gpu
 
     def memory_bytes(self) -> int:
-        """The weights and the KV cache of every sequence (see `engines/memory.py`)."""
-        return self._backend.memory_bytes(self.options.kv_cache_type)
+        """The weights and the KV cache of every sequence, the draft model's too (see
+        `engines/memory.py`)."""
+        kv_type = self.options.kv_cache_type
+        draft = self._draft.memory_bytes(kv_type) if self._draft is not None else 0
+        return self._backend.memory_bytes(kv_type) + draft
 
     def close(self) -> None:
         self._scheduler.close()

@@ -58,6 +58,11 @@ class DraftModel:
     def n_ctx(self) -> int:
         return int(self._llama.n_ctx())
 
+    @property
+    def llama(self) -> Any:
+        """The draft model's llama-cpp-python `Llama` (its weights and context)."""
+        return self._llama
+
     def close(self) -> None:
         self._steps.close()
         self._llama.close()
@@ -164,6 +169,9 @@ class BatchedDraftModel:
             held.extend(tokens)
         picked = iter(self._backend.decode(entries))
         return {entry.seq: int(next(picked)) for entry in entries if entry.sample}
+
+    def memory_bytes(self, kv_cache_type: str) -> int:
+        return self._backend.memory_bytes(kv_cache_type)
 
     def close(self) -> None:
         self._backend.close()

@@ -1,10 +1,11 @@
-"""A draft model on the one-at-a-time llama.cpp engine: the embedded model drafts for itself (the
-same vocabulary, and a draft it almost always agrees with), so every comparison is two runs on this
+"""A draft model on both llama.cpp engines: the embedded model drafts for itself (the same
+vocabulary, and a draft it almost always agrees with), so every comparison is two runs on this
 machine, draft off against on; greedy text itself is never pinned (it differs between builds)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,14 +27,21 @@ CHATS = [
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3,"
 
 
-def load(**options) -> LLM:
+def load(engine: str, **options) -> LLM:
     options = {"n_ctx": 1024, "prompt_cache": False, "draft_model": str(default_model_path()), **options}
-    return LLM.load(engine="llama_cpp", engine_options=options)
+    if engine == "llama_cpp_batched":
+        options.setdefault("parallel", 4)
+    return LLM.load(engine=engine, engine_options=options)
+
+
+@pytest.fixture(scope="module", params=["llama_cpp", "llama_cpp_batched"])
+def engine_name(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def llm():
-    loaded = load()
+def llm(engine_name):
+    loaded = load(engine_name)
     yield loaded
     loaded.close()
 
@@ -52,8 +60,8 @@ def test_greedy_text_is_identical_and_the_drafts_are_taken(llm, prompt):
 
 
 @pytest.mark.parametrize("draft_max", [1, 3, 12])
-def test_any_draft_length_gives_the_same_text(draft_max):
-    llm = load(draft_max=draft_max)
+def test_any_draft_length_gives_the_same_text(engine_name, draft_max):
+    llm = load(engine_name, draft_max=draft_max)
     try:
         off, on = both(llm, COUNTING, {"temperature": 0, "max_tokens": 40}, raw=True)
     finally:
@@ -68,9 +76,9 @@ def test_seeded_sampling_gives_the_same_tokens(llm, seed):
     assert on.text == off.text
 
 
-def test_sampled_output_follows_the_same_distribution():
+def test_sampled_output_follows_the_same_distribution(engine_name):
     """Different seeds on each side: the continuations' distribution is the same (chi-square)."""
-    llm = load(prompt_cache=True)
+    llm = load(engine_name, prompt_cache=True)
     prompt = "red, green, blue, " * 6 + "red, green,"
     params = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "max_tokens": 4}
     draws = 60
@@ -130,10 +138,10 @@ def test_a_request_that_opts_out_proposes_nothing(llm):
     assert counts(llm) == before
 
 
-def test_the_next_turn_reuses_the_draft_models_context():
+def test_the_next_turn_reuses_the_draft_models_context(engine_name):
     """A second turn that extends the first: the draft context keeps what it read and the text is
     still what decoding without a draft gives."""
-    cached = load(prompt_cache=True)
+    cached = load(engine_name, prompt_cache=True)
     try:
         first = cached.generate(COUNTING, {"temperature": 0, "max_tokens": 30}, raw=True)
         follow = COUNTING + first.text + " and again: 1, 2,"
@@ -143,24 +151,39 @@ def test_the_next_turn_reuses_the_draft_models_context():
     assert on.text == off.text
 
 
-def test_a_missing_draft_file_is_an_error_naming_the_option(tmp_path):
+@pytest.mark.parametrize("engine", ["llama_cpp", "llama_cpp_batched"])
+def test_a_missing_draft_file_is_an_error_naming_the_option(engine, tmp_path):
     with pytest.raises(InvalidParams) as error:
-        load(draft_model=str(tmp_path / "nowhere.gguf"))
+        load(engine, draft_model=str(tmp_path / "nowhere.gguf"))
     assert error.value.problems[0].field == "draft_model"
 
 
-def test_a_draft_of_another_vocabulary_is_refused(tmp_path):
+@pytest.mark.parametrize("engine", ["llama_cpp", "llama_cpp_batched"])
+def test_a_draft_of_another_vocabulary_is_refused(engine, tmp_path):
     other = _with_one_token_renamed(default_model_path(), tmp_path / "other-vocab.gguf")
     with pytest.raises(InvalidParams) as error:
-        load(draft_model=str(other))
+        load(engine, draft_model=str(other))
     assert error.value.problems[0].field == "draft_model"
     assert "vocabulary" in error.value.problems[0].message
 
 
-def test_the_batching_engine_refuses_a_draft_model():
-    with pytest.raises(InvalidParams) as error:
-        LLM.load(engine="llama_cpp_batched", engine_options={"draft_model": str(default_model_path())})
-    assert error.value.problems[0].field == "draft_model"
+def test_concurrent_streams_each_get_their_own_drafts_and_text():
+    """Six prompts at once on four sequences (slots taken again by later prompts): each answer is
+    what it is without drafts, and the draft model proposes for all of them."""
+    llm = load("llama_cpp_batched")
+    prompts = [*CHATS, COUNTING]
+    params = {"temperature": 0, "max_tokens": 48}
+    try:
+        off = [llm.generate(p, {**params, "speculative": False}, raw=True).text for p in prompts]
+        before = counts(llm)
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            answers = pool.map(lambda p: llm.generate(p, {**params, "speculative": True}, raw=True), prompts)
+            on = [answer.text for answer in answers]
+        proposed, accepted = (a - b for a, b in zip(counts(llm), before, strict=True))
+    finally:
+        llm.close()
+    assert on == off
+    assert proposed >= accepted > 0
 
 
 def _with_one_token_renamed(source: Path, out: Path) -> Path:

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmflow.engines.base import token_request
+from llmflow.engines.llama_cpp_draft import BatchedDraftModel
 from llmflow.engines.scheduler import BatchScheduler
 from llmflow.engines.speculation import Speculation
 from llmflow.params import SamplingParams
@@ -90,7 +91,36 @@ def alone(prompt: list[int], max_tokens: int, seed: int) -> list[int]:
     return out
 
 
-def run_all(requests, *, speculation, parallel=4, one_pass=False):
+class DraftBackend:
+    """A draft model's step backend: greedy picks only, from `next_token` with seed 0 (so its
+    drafts are right where a request's own seed agrees, wrong elsewhere); checks that each entry
+    continues what its sequence holds, and passes of at most `n_batch` tokens."""
+
+    def __init__(self, parallel: int, n_batch: int = 5, n_ctx_seq: int = 512):
+        self.parallel, self.n_batch, self.n_ctx_seq = parallel, n_batch, n_ctx_seq
+        self.kv: list[list[int]] = [[] for _ in range(parallel)]
+        self.passes = 0
+
+    def decode(self, entries):
+        assert sum(len(e.tokens) for e in entries) <= self.n_batch
+        self.passes += 1
+        out = []
+        for e in entries:
+            assert e.start == len(self.kv[e.seq]), "a draft entry must continue its sequence"
+            self.kv[e.seq].extend(e.tokens)
+            if e.sample:
+                out.append(next_token(self.kv[e.seq], 0))
+        return out
+
+    def truncate(self, seq, keep):
+        del self.kv[seq][keep:]
+        return keep
+
+    def close(self):
+        pass
+
+
+def run_all(requests, *, speculation, parallel=4, one_pass=False, draft_model=None):
     backend = CopyBackend(parallel)
     scheduler = BatchScheduler(
         backend,
@@ -101,6 +131,7 @@ def run_all(requests, *, speculation, parallel=4, one_pass=False):
         eos_token_ids=[EOS],
         one_pass=one_pass,
         speculation=speculation,
+        draft_model=draft_model,
     )
     results: list[list[int]] = [[] for _ in requests]
 
@@ -136,6 +167,31 @@ def test_each_request_gets_its_tokens_alone(requests, draft_max, one_pass):
     for (prompt, max_tokens, seed, _), got in zip(requests, results, strict=True):
         assert got == alone(prompt, max_tokens, seed)
     assert stats.draft_tokens_accepted_total <= stats.draft_tokens_proposed_total
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    requests=st.lists(request, min_size=1, max_size=8),
+    draft_max=st.integers(1, 9),
+    draft_batch=st.integers(2, 40),
+    one_pass=st.booleans(),
+)
+def test_a_draft_model_gives_each_request_its_tokens_alone(requests, draft_max, draft_batch, one_pass):
+    """More requests than sequences (slots taken again), catch-up passes split by the draft
+    model's batch, drafts right and wrong: every request gets what it gets alone."""
+    drafter = DraftBackend(parallel=3, n_batch=draft_batch)
+    results, stats, _ = run_all(
+        requests,
+        speculation=Speculation(draft_max=draft_max),
+        parallel=3,
+        one_pass=one_pass,
+        draft_model=BatchedDraftModel(drafter),
+    )
+    for (prompt, max_tokens, seed, _), got in zip(requests, results, strict=True):
+        assert got == alone(prompt, max_tokens, seed)
+    assert stats.draft_tokens_accepted_total <= stats.draft_tokens_proposed_total
+    if any(speculative and max_tokens > 2 for _, max_tokens, _, speculative in requests):
+        assert drafter.passes > 0
 
 
 def test_a_copying_sequence_is_decoded_in_fewer_steps():
