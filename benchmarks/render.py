@@ -177,6 +177,26 @@ def speculation(d: Result) -> str:
     )
 
 
+def speculation_servers(d: Result) -> str:
+    """llmflow's prompt lookup beside llama-server's n-gram speculation, served, one stream."""
+    s, c = d["summary"], d["config"]
+    ratios, peers, same = s["on_over_off"], s["llmflow_on_over_llama_server"], s["identical_to_off"]
+    rows = [
+        [f"`{name}`", med(rate), med(ratios.get(name), 2) if name in ratios else "-",
+         f"{same[name]['same']} of {same[name]['answers']}" if name in same else "-"]
+        for name, rate in s["decode_tok_s"].items()
+    ]  # fmt: skip
+    beside = ", ".join(f"`{name}` {med(ratio, 2)}" for name, ratio in peers.items())
+    return (
+        f"{c['model']}, greedy rewrites of {c['max_tokens']} tokens at most, one request at a time, "
+        f"llmflow's `draft_max` {c['draft_max']}, {plural(c['rounds'], 'round')} of {len(c['rewrites'])} "
+        "prompts (sides rotated); decode tokens/s, median (min-max) of the rounds' medians; on / off "
+        "round by round, against the same server without speculation.\n\n"
+        + table(["side", "decode tok/s", "on / off", "same answer as off"], rows)
+        + f"\n`llmflow on` over each llama-server side, round by round: {beside}.\n"
+    )
+
+
 def lora(d: Result) -> str:
     s, c = d["summary"], d["config"]
     rows = [["no adapter", med(s["base_tok_s"])], ["all requests on adapter a", med(s["one_tok_s"])],
@@ -448,6 +468,7 @@ def sessions_identity(d: Result) -> str:
 
 
 GPU_RUN = "on the GPU machine, `benchmarks/gpu/run_h200.sh {}`"
+GPU_COMMAND = "the same command on the GPU machine, after `run_h200.sh build`"
 PARTS: dict[str, Part] = {
     **{name: Part(name, render) for name, render in {
         "engine": engine, "tracing": tracing, "mlflow_load": mlflow_load, "http": http, "batching": batching,
@@ -457,7 +478,10 @@ PARTS: dict[str, Part] = {
     "gpu-images": Part("images_gpu", images, GPU_RUN.format("images")),
     "gpu-sessions": Part("sessions_h200", sessions, GPU_RUN.format("sessions")),
     "gpu-llama-cpp": Part("llama_cpp_gpu_h200_run12", gpu_servers, GPU_RUN.format("bench")),
-    "gpu-llama-cpp-switch": Part("llama_cpp_gpu_h200_run13", gpu_servers, GPU_RUN.format("measure")),
+    "gpu-llama-cpp-switch": Part("llama_cpp_gpu_serving64", gpu_servers, GPU_RUN.format("measure")),
+    "gpu-speculation": Part("speculation_gpu", speculation_servers, GPU_RUN.format("speculation")),
+    "gpu-speculation-real": Part("speculation_gpu_smollm2", speculation_servers, GPU_COMMAND),
+    "gpu-speculation-long": Part("speculation_gpu_smollm2_dm32", speculation_servers, GPU_COMMAND),
     "readme-batching": Part("batching", readme_batching, inline=True),
     "readme-tracing": Part("tracing", lambda d: "about " + med(d["summary"]["wrapper_us_per_chunk"]["traced"])
                            + " µs per chunk", inline=True),
