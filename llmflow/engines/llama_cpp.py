@@ -120,7 +120,7 @@ class LlamaCppOptions(EngineOptions):
         "of the tokens that followed the answer's last n-gram where it occurred earlier in the "
         "prompt or the answer; the same tokens in fewer passes when an answer repeats its prompt "
         "(rewrites, edits). Off by default: it pays only where a pass of several tokens costs little "
-        "more than a pass of one (a GPU). A request opts out with `speculative: false`",
+        "more than a pass of one. A request opts out with `speculative: false`",
     )
     draft_model: str | None = Field(
         None,
