@@ -163,9 +163,16 @@ def test_gpu_tables_come_from_the_files_the_gpu_scripts_wrote():
     assert "benchmarks/gpu/bench_llama_cpp_gpu.py" in llama
     assert "missed" in llama and "met" in llama and "over prefill + decode" in llama
     switch = render.section("gpu-llama-cpp-switch", RESULTS)
-    assert "llama_cpp_gpu_h200_run13.json" in switch and "round by round" in switch
-    assert "serving factor: server / in process" in switch
+    assert "llama_cpp_gpu_serving64.json" in switch and "round by round" in switch
+    assert "serving factor: server / in process" in switch and "H100" in switch
     assert "sessions_h200.json" in render.section("gpu-sessions", RESULTS)
+    images = render.section("gpu-images", RESULTS)
+    assert "images_gpu.json" in images and "NVIDIA H100" in images
+    for part, file in [("gpu-speculation", "speculation_gpu.json"),
+                       ("gpu-speculation-real", "speculation_gpu_smollm2.json")]:  # fmt: skip
+        speculation = render.section(part, RESULTS)
+        assert file in speculation and "bench_speculation_servers" in speculation
+        assert "`llama-server ngram-mod`" in speculation and "same answer as off" in speculation
 
 
 def test_the_peer_build_uses_the_pinned_llama_cpp_python():
