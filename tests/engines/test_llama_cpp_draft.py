@@ -16,6 +16,7 @@ from llmflow.constraints import Constraint
 from llmflow.errors import InvalidParams
 from llmflow.model_files import default_model_path
 from tests.engines.test_llama_cpp_speculation import both, counts
+from tests.engines.test_llama_cpp_speculation import load as load_speculating
 
 CHATS = [
     "Name three colors.",
@@ -28,15 +29,8 @@ COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 
 
 
 def load(engine: str, **options) -> LLM:
-    options = {"n_ctx": 1024, "prompt_cache": False, "draft_model": str(default_model_path()), **options}
-    if engine == "llama_cpp_batched":
-        options.setdefault("parallel", 4)
-    return LLM.load(engine=engine, engine_options=options)
-
-
-@pytest.fixture(scope="module", params=["llama_cpp", "llama_cpp_batched"])
-def engine_name(request):
-    return request.param
+    """The engine as the speculation tests load it, drafting with the embedded model."""
+    return load_speculating(engine, **{"draft_model": str(default_model_path()), **options})
 
 
 @pytest.fixture(scope="module")

@@ -43,11 +43,6 @@ def load(engine: str, **options) -> LLM:
     return LLM.load(engine=engine, engine_options=options)
 
 
-@pytest.fixture(scope="module", params=["llama_cpp", "llama_cpp_batched"])
-def engine_name(request):
-    return request.param
-
-
 @pytest.fixture(scope="module")
 def llm(engine_name):
     loaded = load(engine_name)
