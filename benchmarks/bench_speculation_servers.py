@@ -34,6 +34,7 @@ import httpx
 
 from benchmarks.bench_speculation import REWRITES, rewrite_prompt
 from benchmarks.peers.build_llama_server import ensure_llama_server
+from benchmarks.peers.compare_servers import Setup, llama_server_command
 from benchmarks.record import Recording, paired_ratios, rotated, spread
 from benchmarks.serve_process import free_port, started, stream_chat
 from llmflow.engines.llama_cpp import usable_cores
@@ -63,11 +64,8 @@ def servers(args: argparse.Namespace, model: Path) -> dict[str, Callable[[int], 
                 *engine_options]  # fmt: skip
 
     def llama_server(spec: list[str]) -> Callable[[int], list[str]]:
-        return lambda port: [
-            str(args.llama_server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "-t", str(args.threads), "-tb", str(args.threads), "-c", str(args.n_ctx), "--parallel", "1",
-            "--no-webui", *more, *spec,
-        ]  # fmt: skip
+        setup = Setup(model, args.threads, 1, args.n_ctx, args.llama_server, None, Path(), (*more, *spec))
+        return lambda port: llama_server_command(setup, port)
 
     commands = {"llmflow": llmflow, f"llama-server {OFF}": llama_server([])}
     for kind in args.spec_type:

@@ -502,18 +502,31 @@ def open_projector(llama_cpp: Any, model: Any, parsed: LlamaCppOptions, where: P
     return Projector(llama_cpp, model, options)
 
 
-def _open_draft(llama_cpp: Any, llama: Any, parsed: LlamaCppOptions, where: Placement) -> DraftModel:
-    """The options' draft model, on the same device as the model and with its context length;
-    a draft of another vocabulary is refused (its token ids would mean other text)."""
-    path = Path(str(parsed.draft_model))
+def draft_model_file(options: LlamaCppOptions) -> Path:
+    """The file `draft_model` names; a missing one is an error naming the option."""
+    path = Path(str(options.draft_model))
     if not path.is_file():
         raise InvalidParams.single("draft_model", f"no GGUF file at {str(path)!r}")
-    draft = _open_llama(path, parsed, where, llama.n_ctx())
-    pieces = LlamaVocab(llama._model, llama.metadata).pieces
-    if LlamaVocab(draft._model, draft.metadata).pieces != pieces:
-        draft.close()
+    return path
+
+
+def check_draft_vocabulary(path: Path, draft: LlamaVocab, model: LlamaVocab) -> None:
+    """A draft model of another vocabulary is refused: its token ids would mean other text."""
+    if draft.pieces != model.pieces:
         raise InvalidParams.single("draft_model", f"{path.name} has another vocabulary than the model")
-    return DraftModel(llama_cpp, draft, len(pieces))
+
+
+def _open_draft(llama_cpp: Any, llama: Any, parsed: LlamaCppOptions, where: Placement) -> DraftModel:
+    """The options' draft model, on the same device as the model and with its context length."""
+    path = draft_model_file(parsed)
+    draft = _open_llama(path, parsed, where, llama.n_ctx())
+    vocab = LlamaVocab(llama._model, llama.metadata)
+    try:
+        check_draft_vocabulary(path, LlamaVocab(draft._model, draft.metadata), vocab)
+    except InvalidParams:
+        draft.close()
+        raise
+    return DraftModel(llama_cpp, draft, len(vocab.pieces))
 
 
 _MODEL_PARAMS_LOCK = threading.Lock()

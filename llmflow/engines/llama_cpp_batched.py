@@ -30,6 +30,8 @@ from llmflow.engines.llama_cpp import (
     LlamaVocab,
     Placement,
     VocabMethods,
+    check_draft_vocabulary,
+    draft_model_file,
     open_projector,
     start_load,
     usable_cores,
@@ -323,15 +325,11 @@ def _open_draft(
     where: Placement,
 ) -> BatchedDraftModel:
     """The options' draft model, on the same device as the model, with a sequence per generation
-    slot of the model's context length; a draft of another vocabulary is refused (its token ids
-    would mean other text)."""
-    path = Path(str(options.draft_model))
-    if not path.is_file():
-        raise InvalidParams.single("draft_model", f"no GGUF file at {str(path)!r}")
+    slot of the model's context length."""
+    path = draft_model_file(options)
     model = _load_model(llama_cpp, path, options, where)
     try:
-        if LlamaVocab(model, model.metadata()).pieces != vocab.pieces:
-            raise InvalidParams.single("draft_model", f"{path.name} has another vocabulary than the model")
+        check_draft_vocabulary(path, LlamaVocab(model, model.metadata()), vocab)
         shape = backend.shape
         same_shape = {"parallel": shape.parallel, "n_ctx": backend.n_ctx_seq, "n_batch": shape.n_batch}
         own = options.model_copy(update={**same_shape, "prefill_chunk": None, "one_pass": None})

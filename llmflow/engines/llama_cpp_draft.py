@@ -97,6 +97,8 @@ class BatchedDraftModel:
         self._backend = backend
         #: the tokens each sequence of the draft context holds, in order (its KV cells)
         self._held: list[list[int]] = [[] for _ in range(backend.parallel)]
+        #: how many of them were the generation's own tokens when last read (the rest are drafts)
+        self._read: list[int] = [0] * backend.parallel
 
     def continue_greedily(self, wants: Mapping[int, tuple[Sequence[int], int]]) -> dict[int, list[int]]:
         """For each sequence id, the draft model's `k` most likely next tokens after `tokens`."""
@@ -121,17 +123,25 @@ class BatchedDraftModel:
             for seq in feeds:
                 self._backend.truncate(seq, 0)
                 self._held[seq].clear()
+                self._read[seq] = 0
             return {}
         return drafts
 
     def _unread(self, seq: int, tokens: Sequence[int]) -> list[int]:
         """The tokens of `seq` its context has not read (at least the last one, whose logits the
         draft continues), once the context is cut back to what it shares with them."""
-        held = self._held[seq]
-        keep = min(common_prefix(held, tokens), len(tokens) - 1)
+        held, read = self._held[seq], self._read[seq]
+        # the same generation as last step: only the drafts fed since may differ (one C-level
+        # comparison, not a search over the whole conversation); else a new one took the slot
+        if 0 < read <= min(len(held), len(tokens)) and held[:read] == tokens[:read]:
+            shared = read + common_prefix(held[read:], tokens[read:])
+        else:
+            shared = common_prefix(held, tokens)
+        keep = min(shared, len(tokens) - 1)
         if keep < len(held):
             keep = self._backend.truncate(seq, keep)
             del held[keep:]
+        self._read[seq] = len(tokens)
         return list(tokens[keep:])
 
     def _catch_up(self, feeds: dict[int, list[int]]) -> dict[int, int]:
@@ -139,7 +149,7 @@ class BatchedDraftModel:
         token of each, from the logits after its last one."""
         room = self._backend.n_batch
         first: dict[int, int] = {}
-        pending = {seq: feed for seq, feed in feeds.items()}
+        pending = dict(feeds)
         while pending:
             chunk: dict[int, list[int]] = {}
             left = room

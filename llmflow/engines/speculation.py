@@ -189,24 +189,24 @@ class Drafts:
     def propose(self, wants: Iterable[Want]) -> dict[object, list[int]]:
         """The next draft of each generation wanted (`Want`), at most as long as its `length`."""
         drafts: dict[object, list[int]] = {}
-        by_model: dict[int, tuple[object, Sequence[int], int]] = {}
+        for_model: dict[int, tuple[Sequence[int], int]] = {}
+        keys: dict[int, object] = {}
         for want in wants:
             state = self._state.get(want.key)
             if state is None:
                 state = self._state[want.key] = _Drafting(DraftLength(self._speculation.draft_max))
             k = min(want.most, state.length.current)
             if self._model is not None and want.text_only:
-                by_model[want.seq] = (want.key, want.tokens, k)
+                for_model[want.seq], keys[want.seq] = (want.tokens, k), want.key
                 continue
             if state.lookup is None:
                 state.lookup = self._speculation.lookup()
             state.lookup.extend(want.tokens[len(state.lookup) :])
             drafts[want.key] = state.lookup.propose(k)
-        if by_model:
+        if for_model:
             assert self._model is not None
-            wanted = {seq: (tokens, k) for seq, (_, tokens, k) in by_model.items()}
-            made = self._model.continue_greedily(wanted)
-            for seq, (key, _, _) in by_model.items():
+            made = self._model.continue_greedily(for_model)
+            for seq, key in keys.items():
                 drafts[key] = made.get(seq, [])
         return drafts
 
