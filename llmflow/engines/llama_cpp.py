@@ -27,7 +27,14 @@ from llmflow.engines.lora import AdapterKey, LlamaAdapters, adapter_key, with_ad
 from llmflow.engines.memory import llama_cpp_bytes
 from llmflow.engines.openmp import release_thread_team
 from llmflow.engines.prompt_cache import CacheStats, PromptCache, common_prefix
-from llmflow.engines.speculation import DRAFT_MAX, NGRAM_MAX, NGRAM_MIN, Speculation, SpeculationCounts
+from llmflow.engines.speculation import (
+    DRAFT_MAX,
+    NGRAM_MAX,
+    NGRAM_MIN,
+    PassCost,
+    Speculation,
+    SpeculationCounts,
+)
 from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
 from llmflow.media.prompt import media_images, whole_images
 from llmflow.model_files import model_name_of
@@ -290,6 +297,8 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
         self._steps = ContextSteps(llama_cpp, llama, self.n_vocab, projector)
         self._speculation = options.speculation()
         self._speculation_counts = SpeculationCounts()
+        #: what a pass of several tokens costs on this engine, learned from its passes
+        self._pass_cost = PassCost()
         self._draft_model = draft
 
     @property
@@ -366,7 +375,9 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
             # a draft model reads text alone: a prompt with images is drafted by prompt lookup
             text_only = not media_images(request.prompt_ids)
             drafter = self._draft_model.session if self._draft_model is not None and text_only else None
-            yield from generate(self._steps, request, sampler, speculation, self._speculation_counts, drafter)
+            yield from generate(
+                self._steps, request, sampler, speculation, self._speculation_counts, drafter, self._pass_cost
+            )
         finally:
             free_sampler(llama_cpp, sampler)
             release_thread_team()  # see `llmflow.engines.openmp`: callers' threads vary

@@ -9,6 +9,7 @@ always a token sequence with its own cache, which the next request's prefix reus
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -18,7 +19,14 @@ from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import TokenRequest
 from llmflow.engines.llama_cpp_media import Projector
 from llmflow.engines.logprobs import scored
-from llmflow.engines.speculation import DraftLength, Proposer, Speculation, SpeculationCounts
+from llmflow.engines.speculation import (
+    Acceptance,
+    PassCost,
+    Proposer,
+    Speculation,
+    SpeculationCounts,
+    plan_lengths,
+)
 from llmflow.errors import EngineFailed, InvalidRequest
 from llmflow.media.prompt import media_images
 from llmflow.params import SamplingParams
@@ -95,6 +103,10 @@ class ContextSteps:
             llama.input_ids[start + offset : end] = chunk
             llama.n_tokens = end
 
+    def synchronize(self) -> None:
+        """Wait for the last pass to finish (a GPU's run asynchronously)."""
+        self._lib.llama_synchronize(self._ctx)
+
     def prefill(self, prompt: Sequence[int]) -> list[int]:
         """Evaluate `prompt`'s images, and the text before each, after what the context holds;
         the text after the last image, which the decode loop feeds with its first pass."""
@@ -156,10 +168,12 @@ def generate(
     speculation: Speculation | None,
     counts: SpeculationCounts | None = None,
     drafter: Callable[[Sequence[int]], Proposer] | None = None,
+    cost: PassCost | None = None,
 ) -> Iterator[int]:
     """Tokens of `request` after the context's kept prefix of its prompt (`n_tokens` of them):
     at most `request.limit`, checking `request.cancel` between two. With `speculation`, each pass
-    also verifies a draft: from `drafter(prompt)` (a draft model) when given, else prompt lookup."""
+    also verifies a draft: from `drafter(prompt)` (a draft model) when given, else prompt lookup,
+    as long as the engine's pass `cost` (learned here from each decoding pass) says it pays."""
     constraint, top, limit, cancel = (
         request.constraint,
         request.params.logprobs,
@@ -167,17 +181,21 @@ def generate(
         request.cancel,
     )
     prompt, report = request.prompt_ids, request.reuse
-    lookup: Proposer | None = None
+    drafting: _Drafting | None = None
     if speculation is not None:
         lookup = drafter(prompt) if drafter is not None else speculation.lookup(prompt)
-    length = DraftLength(speculation.draft_max) if speculation is not None else None
+        drafting = _Drafting(lookup, speculation.draft_max, cost if cost is not None else PassCost())
     feed: list[int] = steps.prefill(prompt)  # after the prefix the engine kept, and any images
     n_past = steps.n_tokens
     draft: list[int] = []
     produced = 0
     while True:
         steps.rewind(n_past)
+        started = time.perf_counter()
         steps.feed(feed + draft, rows=1 + len(draft))
+        if drafting is not None and len(feed) == 1:
+            steps.synchronize()
+            drafting.cost.observe(1 + len(draft), time.perf_counter() - started)
         n_past += len(feed)
         if draft:  # counted now: the consumer may stop inside the run
             if counts is not None:
@@ -190,8 +208,8 @@ def generate(
             produced += 1
             if constraint is not None:
                 constraint.advance(token)  # before the next position is masked
-            if lookup is not None:
-                lookup.append(token)
+            if drafting is not None:
+                drafting.lookup.append(token)
             confirmed = j < len(draft) and token == draft[j]
             yield token
             if produced >= limit or cancel.cancelled:
@@ -204,25 +222,36 @@ def generate(
                 counts.add(0, 1)
             if report is not None:
                 report.add_drafts(0, 1)
-        if length is not None and draft:
-            length.update(len(draft), taken)
         feed = [int(token)]
-        draft = _draft(lookup, length, constraint, steps.n_batch - 1, limit - produced - 1)
+        if drafting is None:
+            continue
+        if draft:
+            drafting.acceptance.add(len(draft), taken)
+        draft = drafting.next(constraint, steps.n_batch - 1, limit - produced - 1)
 
 
-def _draft(
-    lookup: Proposer | None,
-    length: DraftLength | None,
-    constraint: TokenMatcher | None,
-    room: int,
-    left: int,
-) -> list[int]:
-    """The next draft: the proposer's tokens, no longer than the draft length, the batch and the
-    tokens left allow, cut before the first one an output constraint refuses (verifying a token
-    that could never be sampled is wasted work)."""
-    if lookup is None or length is None:
-        return []
-    draft = lookup.propose(min(length.current, room, left))
-    if constraint is not None and draft:
-        draft = draft[: constraint.allowed_prefix(draft)]
-    return draft
+class _Drafting:
+    """One generation's drafts in the one-at-a-time loop: its proposer, its acceptance, the
+    engine's pass cost."""
+
+    __slots__ = ("lookup", "draft_max", "cost", "acceptance")
+
+    def __init__(self, lookup: Proposer, draft_max: int, cost: PassCost):
+        self.lookup = lookup
+        self.draft_max = draft_max
+        self.cost = cost
+        self.acceptance = Acceptance()
+
+    def next(self, constraint: TokenMatcher | None, room: int, left: int) -> list[int]:
+        """The next draft: as long as `plan_lengths` finds worth a pass, within the batch and
+        the tokens left, cut before the first token an output constraint refuses (verifying a
+        token that could never be sampled is wasted work)."""
+        self.acceptance.fade()
+        most = min(self.draft_max, room, left)
+        if most <= 0:
+            return []
+        k = plan_lengths(1, [(self.acceptance.rate, most)], self.cost.curve(), most)[0]
+        draft = self.lookup.propose(k) if k > 0 else []
+        if constraint is not None and draft:
+            draft = draft[: constraint.allowed_prefix(draft)]
+        return draft

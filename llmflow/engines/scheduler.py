@@ -357,6 +357,11 @@ def _image_entry(r: Request, image: PromptImage) -> BatchEntry:
     return BatchEntry(r.seq, r.tokens[image.start : image.end], image.start, False, r.sampler, image=image)
 
 
+def _decoding(entry: BatchEntry) -> bool:
+    """Whether `entry` decodes (its last sampled token and any draft), not a prompt chunk."""
+    return entry.sample and len(entry.tokens) == 1 + len(entry.draft)
+
+
 def _decode_entry(r: Request, draft: Sequence[int]) -> BatchEntry:
     if not draft:
         return _entry(r, r.fed, r.fed + 1)
@@ -581,7 +586,7 @@ class BatchScheduler:
             self.prefill_chunk,
             one_pass=self.one_pass,
             aligned=not self.reuse_tokens,
-            drafts=self._propose(),
+            drafts=self._propose(running),
         )
         self._steps += 1
         if not plan.decode and not plan.prefill:
@@ -644,26 +649,26 @@ class BatchScheduler:
                 self.backend.copy(best.seq, r.seq)
                 r.fed = self.backend.truncate(r.seq, most)
 
-    def _propose(self) -> dict[Request, list[int]]:
+    def _propose(self, running: Sequence[Request]) -> dict[Request, list[int]]:
         """This step's drafts: each decoding request that allows one, within what it may still
-        generate and, all together, within the batch (and a prompt chunk beside them in one pass)."""
+        generate and, all together, within the batch (and a prompt chunk beside them in one
+        pass), sized by the drafts' planner (`Drafts.propose`)."""
         drafts = self._drafts
         if drafts is None:
             return {}
         drafts.keep_only(self._running)
-        decoding = [r for r in self._running if r.pending == 1]
+        decoding = [r for r in running if r.pending == 1]
         room = self.n_batch - len(decoding) - (self.prefill_chunk if self.one_pass else 0)
         wants: list[Want] = []
         for r in decoding:
-            if room <= 0:
-                break
             if r.constraint is not None or not r.params.speculative:
                 continue
-            most = min(room, r.limit - r.generated - 1, self.n_ctx - len(r.tokens), drafts.length(r))
+            most = min(r.limit - r.generated - 1, self.n_ctx - len(r.tokens))
             if most > 0:
                 wants.append(Want(r, r.seq, r.tokens, most, not r.images))
-                room -= most
-        return {r: draft for r, draft in drafts.propose(wants).items() if draft}
+        if room <= 0 or not wants:
+            return {}
+        return {r: draft for r, draft in drafts.propose(wants, len(decoding), room).items() if draft}
 
     def _forward(self, planned: list[tuple[Request, BatchEntry]]) -> None:
         """One forward pass, then hand out the sampled tokens; the images among the entries
@@ -671,8 +676,13 @@ class BatchScheduler:
         planned = self._constrained(self._images_first(planned))
         if not planned:
             return
+        entries = [entry for _, entry in planned]
         try:
-            sampled = iter(self.backend.decode([entry for _, entry in planned]))
+            started = time.perf_counter()
+            sampled = iter(self.backend.decode(entries))
+            if self._drafts is not None and all(_decoding(e) for e in entries):
+                # what a decoding pass of this width costs sizes the next drafts
+                self._drafts.cost.observe(sum(len(e.tokens) for e in entries), time.perf_counter() - started)
         except EngineFailed as exc:
             for request, _ in planned:
                 if request.seq >= 0:

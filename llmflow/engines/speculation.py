@@ -21,8 +21,10 @@ Standard library only: engines call it on their per-token path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 from typing import Protocol
 
 from llmflow.media.prompt import is_image_id
@@ -30,8 +32,16 @@ from llmflow.media.prompt import is_image_id
 #: the n-gram sizes looked up, longest first (llama.cpp's prompt lookup uses 1..4; a single
 #: token matches too often in ordinary text to be worth a verification)
 NGRAM_MIN, NGRAM_MAX = 2, 4
-#: draft tokens per pass at most
-DRAFT_MAX = 8
+#: draft tokens per pass at most (`plan_lengths` picks fewer where they do not pay)
+DRAFT_MAX = 32
+#: the acceptance rate's prior, in confirmed and rejected draft tokens, and how much of what was
+#: seen still counts after one more trial (a verified draft token), and after one more pass
+PRIOR_CONFIRMED, PRIOR_REJECTED, TRIAL_FADE, PASS_FADE = 3.0, 1.0, 0.97, 0.97
+#: weight of a new pass in its width band's moving average; passes after which a band unseen is
+#: forgotten; the assumed cost of a token beyond the widest measured pass, per its cost per token
+COST_WEIGHT, STALE_PASSES, UNTRIED_SLOPE = 0.2, 2048, 0.25
+#: a draft token less likely than this to be taken is never verified
+UNLIKELY = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,25 +135,129 @@ def accepted_prefix(draft: Sequence[int], picks: Sequence[int]) -> int:
     return n
 
 
-class DraftLength:
-    """How long the next draft may be, per generation: a draft that was taken whole earns a longer
-    one (+2), a rejected one a shorter one (what was accepted, plus one), as Hugging Face's
-    assisted generation schedules it. A continuation that stopped matching (the answer left the
-    text it was copying) so costs little, and a long copy soon runs at the full length."""
+class Acceptance:
+    """How likely one generation's next draft token is to be confirmed, given that the draft
+    tokens before it were: each verified draft token is a trial that is either confirmed or ends
+    the run, so the rate is confirmed tokens over confirmed tokens plus rejections, begun from a
+    prior (`PRIOR_CONFIRMED`, `PRIOR_REJECTED`).
 
-    __slots__ = ("current", "maximum")
+    What was seen fades by `TRIAL_FADE` per newer trial, so the rate speaks of about the last
+    1 / (1 - TRIAL_FADE) trials, however long the drafts were: a generation copying its prompt
+    earns long drafts even from short ones, and one that leaves the text it copied loses them
+    within a few rejected drafts. It also fades by `PASS_FADE` per pass, so a generation that
+    stopped drafting is tried again."""
 
-    def __init__(self, maximum: int, start: int | None = None):
-        self.maximum = maximum
-        self.current = min(maximum, start if start is not None else maximum)
+    __slots__ = ("confirmed", "rejected")
 
-    def update(self, drafted: int, accepted: int) -> None:
-        if drafted == 0:
+    def __init__(self) -> None:
+        self.confirmed = 0.0
+        self.rejected = 0.0
+
+    @property
+    def rate(self) -> float:
+        confirmed = self.confirmed + PRIOR_CONFIRMED
+        return confirmed / (confirmed + self.rejected + PRIOR_REJECTED)
+
+    def fade(self) -> None:
+        """One more pass."""
+        self.confirmed *= PASS_FADE
+        self.rejected *= PASS_FADE
+
+    def add(self, drafted: int, confirmed: int) -> None:
+        """A verified draft of `drafted` tokens of which the first `confirmed` were taken."""
+        rejected = confirmed < drafted
+        older = TRIAL_FADE ** (confirmed + rejected)
+        self.confirmed = self.confirmed * older + confirmed
+        self.rejected = self.rejected * older + rejected
+
+
+class PassCost:
+    """What a forward pass of `width` tokens (each with logits) costs, learned from the engine's
+    own passes: per band of widths (powers of two), a moving average of the width and the
+    seconds, with straight lines between the bands' points (`curve`).
+
+    Verifying a draft is not free: on a CPU a pass of k tokens costs about k one-token passes,
+    on a GPU's quantized kernels a 9-token pass about 2 to 3 (docs/engines.md). So the planner
+    needs the engine's own figures. A width above every measured one is assumed cheap (each
+    further token a quarter of the widest pass's cost per token), so it is tried once and its
+    cost learned; a band not seen for `STALE_PASSES` passes is forgotten and so tried again
+    (costs move with the context's length and the machine's load)."""
+
+    __slots__ = ("_bands", "_passes")
+
+    def __init__(self) -> None:
+        #: band (the width's bit length) -> [mean width, mean seconds, the pass last seen]
+        self._bands: dict[int, list[float]] = {}
+        self._passes = 0
+
+    def observe(self, width: int, seconds: float) -> None:
+        """A pass of `width` tokens took `seconds`."""
+        self._passes += 1
+        band = self._bands.get(width.bit_length())
+        if band is None:
+            self._bands[width.bit_length()] = [float(width), seconds, self._passes]
             return
-        if accepted >= drafted:
-            self.current = min(self.maximum, self.current + 2)
-        else:
-            self.current = max(1, min(self.current, accepted + 1))
+        band[0] += COST_WEIGHT * (width - band[0])
+        band[1] += COST_WEIGHT * (seconds - band[1])
+        band[2] = self._passes
+
+    def curve(self) -> Callable[[int], float]:
+        """The estimated seconds of a pass by width, as now measured (for one step's planning).
+        Below the narrowest point a token costs what it costs there; before any pass, a token
+        costs 1 and each further one a quarter of it."""
+        fresh = self._passes - STALE_PASSES
+        points = sorted((w, s) for w, s, seen in self._bands.values() if seen > fresh and s > 0)
+        if not points:
+            return lambda width: 1.0 + UNTRIED_SLOPE * (width - 1)
+        widths = [w for w, _ in points]
+        widest, most = points[-1]
+        slope_beyond = UNTRIED_SLOPE * most / widest
+
+        def estimate(width: int) -> float:
+            i = bisect_left(widths, width)
+            if i == len(points):
+                return most + slope_beyond * (width - widest)
+            w1, s1 = points[i]
+            if i == 0:
+                return s1 * width / w1
+            w0, s0 = points[i - 1]
+            return s0 + (s1 - s0) * (width - w0) / (w1 - w0)
+
+        return estimate
+
+
+def plan_lengths(
+    decoding: int, offers: Sequence[tuple[float, int]], cost: Callable[[int], float], room: int
+) -> list[int]:
+    """How many draft tokens each offer (its acceptance rate, its tokens at most) verifies in a
+    pass beside `decoding` one-token entries, for the most tokens per second, at most `room` in
+    all. The j-th draft token of an offer of rate a is taken with probability a**j, so a pass is
+    expected to yield `decoding` plus the sum of those over the drafted tokens, in the time
+    `cost(width)`. Draft tokens join most likely first; the count with the best expected tokens
+    per second wins (every count is tried: a pass's cost may jump between two widths)."""
+    lengths = [0] * len(offers)
+    heap = [(-rate, i, 1) for i, (rate, most) in enumerate(offers) if most > 0 and rate > 0]
+    heapify(heap)
+    expected, width = float(decoding), decoding
+    best = expected / cost(width) if width else 0.0
+    order: list[int] = []
+    chosen = 0
+    while heap and len(order) < room:
+        p, i, j = heappop(heap)
+        if -p < UNLIKELY:
+            break
+        expected -= p
+        width += 1
+        order.append(i)
+        rate = expected / cost(width)
+        if rate > best:
+            best, chosen = rate, len(order)
+        a, most = offers[i]
+        if j < most:
+            heappush(heap, (p * a, i, j + 1))
+    for i in order[:chosen]:
+        lengths[i] += 1
+    return lengths
 
 
 class SpeculationCounts:
@@ -170,39 +284,52 @@ class SequenceDrafter(Protocol):
 
 class Drafts:
     """Drafts for many generations at once (a batching scheduler): each generation's
-    `DraftLength`, and its `PromptLookup` kept in step with its tokens, by a key of the caller's.
-    With a draft `model`, text-only generations are drafted by it, all in the same passes;
-    generations with images (which a draft model cannot read) by prompt lookup."""
+    `Acceptance`, and its `PromptLookup` kept in step with its tokens, by a key of the caller's;
+    the engine's `PassCost`, from which `plan_lengths` sizes each step's drafts. With a draft
+    `model`, text-only generations are drafted by it, all in the same passes; generations with
+    images (which a draft model cannot read) by prompt lookup."""
 
-    __slots__ = ("_speculation", "_model", "_state")
+    __slots__ = ("_speculation", "_model", "_state", "cost")
 
     def __init__(self, speculation: Speculation, model: SequenceDrafter | None = None):
         self._speculation = speculation
         self._model = model
         self._state: dict[object, _Drafting] = {}
+        self.cost = PassCost()
 
-    def length(self, key: object) -> int:
-        """How long the generation `key`'s next draft may be."""
-        state = self._state.get(key)
-        return state.length.current if state is not None else self._speculation.draft_max
-
-    def propose(self, wants: Iterable[Want]) -> dict[object, list[int]]:
-        """The next draft of each generation wanted (`Want`), at most as long as its `length`."""
-        drafts: dict[object, list[int]] = {}
-        for_model: dict[int, tuple[Sequence[int], int]] = {}
-        keys: dict[int, object] = {}
+    def propose(self, wants: Sequence[Want], decoding: int, room: int) -> dict[object, list[int]]:
+        """The next draft of each generation wanted (`Want`), sized for a pass beside `decoding`
+        one-token entries, `room` draft tokens at most in all. Prompt lookup offers its tokens
+        first (a look-up costs nothing); a draft model is asked for the planned lengths only."""
+        offered: list[list[int] | None] = []
+        offers: list[tuple[float, int]] = []
         for want in wants:
             state = self._state.get(want.key)
             if state is None:
-                state = self._state[want.key] = _Drafting(DraftLength(self._speculation.draft_max))
-            k = min(want.most, state.length.current)
+                state = self._state[want.key] = _Drafting()
+            state.acceptance.fade()
+            most = min(want.most, self._speculation.draft_max)
             if self._model is not None and want.text_only:
-                for_model[want.seq], keys[want.seq] = (want.tokens, k), want.key
+                offered.append(None)
+                offers.append((state.acceptance.rate, most))
                 continue
             if state.lookup is None:
                 state.lookup = self._speculation.lookup()
             state.lookup.extend(want.tokens[len(state.lookup) :])
-            drafts[want.key] = state.lookup.propose(k)
+            tokens = state.lookup.propose(most)
+            offered.append(tokens)
+            offers.append((state.acceptance.rate, len(tokens)))
+        lengths = plan_lengths(decoding, offers, self.cost.curve(), room)
+        drafts: dict[object, list[int]] = {}
+        for_model: dict[int, tuple[Sequence[int], int]] = {}
+        keys: dict[int, object] = {}
+        for want, tokens, k in zip(wants, offered, lengths, strict=True):
+            if k == 0:
+                continue
+            if tokens is not None:
+                drafts[want.key] = tokens[:k]
+            else:
+                for_model[want.seq], keys[want.seq] = (want.tokens, k), want.key
         if for_model:
             assert self._model is not None
             made = self._model.continue_greedily(for_model)
@@ -210,10 +337,10 @@ class Drafts:
                 drafts[key] = made.get(seq, [])
         return drafts
 
-    def record(self, key: object, drafted: int, accepted: int) -> None:
+    def record(self, key: object, drafted: int, confirmed: int) -> None:
         state = self._state.get(key)
         if state is not None:
-            state.length.update(drafted, accepted)
+            state.acceptance.add(drafted, confirmed)
 
     def keep_only(self, keys: Iterable[object]) -> None:
         """Forget the generations not in `keys` (ended)."""
@@ -235,10 +362,10 @@ class Want:
 
 
 class _Drafting:
-    """One generation's draft length and, once it drafts by prompt lookup, its n-grams."""
+    """One generation's acceptance and, once it drafts by prompt lookup, its n-grams."""
 
-    __slots__ = ("length", "lookup")
+    __slots__ = ("acceptance", "lookup")
 
-    def __init__(self, length: DraftLength):
-        self.length = length
+    def __init__(self) -> None:
+        self.acceptance = Acceptance()
         self.lookup: PromptLookup | None = None

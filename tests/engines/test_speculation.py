@@ -1,13 +1,25 @@
 """Prompt lookup and the draft rules (no model): what `PromptLookup` proposes, how much of a draft
-the model's picks confirm, and how long the next draft may be."""
+the model's picks confirm, how likely a draft token is to be confirmed, what a pass costs, and
+how long each draft is planned."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmflow.engines.speculation import DraftLength, PromptLookup, Speculation, accepted_prefix
+from llmflow.engines.speculation import (
+    STALE_PASSES,
+    UNLIKELY,
+    Acceptance,
+    PassCost,
+    PromptLookup,
+    Speculation,
+    accepted_prefix,
+    plan_lengths,
+)
 
 tokens = st.lists(st.integers(0, 6), max_size=80)
 
@@ -79,26 +91,107 @@ def test_accepted_prefix(draft, picks, accepted):
     assert accepted_prefix(draft, picks) == accepted
 
 
-@settings(max_examples=200, deadline=None)
-@given(maximum=st.integers(1, 16), rounds=st.lists(st.tuples(st.integers(0, 16), st.integers(0, 16))))
-def test_draft_length_stays_within_one_and_the_maximum(maximum, rounds):
-    length = DraftLength(maximum)
-    for drafted, accepted in rounds:
-        drafted = min(drafted, length.current)
-        length.update(drafted, min(accepted, drafted))
-        assert 1 <= length.current <= maximum
+def test_acceptance_rises_on_confirmed_drafts_falls_on_rejections_and_fades_back():
+    acceptance = Acceptance()
+    prior = acceptance.rate
+    assert 0 < prior < 1
+    for _ in range(5):
+        acceptance.fade()
+        acceptance.add(8, 8)
+    assert acceptance.rate > 0.95
+    for _ in range(8):
+        acceptance.fade()
+        acceptance.add(4, 0)
+    assert acceptance.rate < prior
+    for _ in range(1000):  # passes without a draft: back to the prior, so drafts are tried again
+        acceptance.fade()
+    assert acceptance.rate == pytest.approx(prior, abs=1e-6)
 
 
-def test_draft_length_grows_on_whole_drafts_and_shrinks_on_rejections():
-    length = DraftLength(8, start=2)
-    length.update(2, 2)
-    assert length.current == 4
-    length.update(4, 1)
-    assert length.current == 2
-    length.update(2, 0)
-    assert length.current == 1
-    length.update(0, 0)  # no draft: nothing learnt
-    assert length.current == 1
+def test_pass_cost_interpolates_what_it_saw_and_assumes_wider_passes_cheap_until_tried():
+    cost = PassCost()
+    assert cost.curve()(1) < cost.curve()(9) < 9 * cost.curve()(1)  # nothing seen: tried gently
+    cost.observe(1, 0.010)
+    cost.observe(8, 0.050)
+    curve = cost.curve()
+    assert curve(1) == pytest.approx(0.010)
+    assert curve(8) == pytest.approx(0.050)
+    assert curve(4) == pytest.approx(0.010 + 0.040 * 3 / 7)
+    assert 0.050 < curve(16) < 0.050 + 8 * 0.050 / 8  # beyond: a quarter of the cost per token
+    cost.observe(16, 0.100)
+    assert cost.curve()(16) == pytest.approx(0.100)
+
+
+def test_pass_cost_forgets_a_band_not_seen_for_long():
+    cost = PassCost()
+    cost.observe(16, 1.0)  # one slow pass (say, the machine was busy)
+    for _ in range(STALE_PASSES):
+        cost.observe(1, 0.010)
+    assert cost.curve()(16) < 0.1  # tried again rather than avoided for ever
+
+
+def test_pass_cost_below_the_narrowest_pass_costs_its_share():
+    cost = PassCost()
+    cost.observe(8, 0.080)
+    assert cost.curve()(4) == pytest.approx(0.040)
+
+
+def linear(fixed: float, per_token: float):
+    return lambda width: fixed + per_token * width
+
+
+def test_no_drafts_where_every_token_costs_a_pass_share():
+    """8 streams on a 2-core CPU, already compute-bound (passes measured with the embedded model,
+    milliseconds by width): even a likely draft costs more than it returns."""
+    cost = PassCost()
+    for width, ms in [(1, 12.9), (8, 51.8), (24, 176.3), (48, 312.3), (72, 364.9)]:
+        cost.observe(width, ms / 1000)
+    assert plan_lengths(8, [(0.9, 8)] * 8, cost.curve(), 500) == [0] * 8
+    assert plan_lengths(1, [(0.97, 16)], cost.curve(), 500)[0] > 0  # one stream: drafts pay
+
+
+def test_long_drafts_where_a_wider_pass_costs_little_more():
+    assert plan_lengths(1, [(0.97, 32)], linear(1.0, 0.05), 500)[0] >= 24
+    assert plan_lengths(1, [(0.97, 32)], linear(1.0, 0.05), 10) == [10]  # the room holds
+
+
+def test_likelier_offers_draft_more():
+    short, long = plan_lengths(2, [(0.4, 16), (0.95, 16)], linear(1.0, 0.2), 500)
+    assert long > short
+
+
+def expected_rate(decoding, offers, lengths, cost):
+    expected = decoding + sum(
+        sum(rate**j for j in range(1, k + 1)) for (rate, _), k in zip(offers, lengths, strict=True)
+    )
+    width = decoding + sum(lengths)
+    return expected / cost(width) if width else 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    decoding=st.integers(1, 4),
+    offers=st.lists(st.tuples(st.floats(0.05, 0.99), st.integers(0, 4)), min_size=1, max_size=3),
+    costs=st.lists(st.floats(0.1, 3.0), min_size=20, max_size=20),
+    room=st.integers(0, 12),
+)
+def test_plan_lengths_finds_the_best_expected_tokens_per_second(decoding, offers, costs, room):
+    """Against every allocation, by brute force, on any increasing pass cost."""
+    steps = [sum(costs[: i + 1]) for i in range(len(costs))]
+    cost = lambda width: steps[width - 1]  # noqa: E731
+    lengths = plan_lengths(decoding, offers, cost, room)
+    assert all(0 <= k <= most for k, (_, most) in zip(lengths, offers, strict=True))
+    assert sum(lengths) <= room
+    # tokens less likely than UNLIKELY are never drafted; every other allocation is a candidate
+    bounds = [
+        max((j for j in range(most + 1) if j == 0 or rate**j >= UNLIKELY), default=0) for rate, most in offers
+    ]
+    best = max(
+        expected_rate(decoding, offers, candidate, cost)
+        for candidate in itertools.product(*(range(b + 1) for b in bounds))
+        if sum(candidate) <= room
+    )
+    assert expected_rate(decoding, offers, lengths, cost) == pytest.approx(best, rel=1e-9)
 
 
 def test_settings_are_checked():
