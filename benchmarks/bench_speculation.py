@@ -105,7 +105,7 @@ def measure(args: argparse.Namespace) -> dict[str, Sides]:
     greedy = {"temperature": 0.0, "max_tokens": args.max_tokens}
     if args.threads:
         ENGINE_OPTIONS["n_threads"] = args.threads
-    single = LLM.load(engine="llama_cpp", engine_options=ENGINE_OPTIONS)
+    single = LLM.load(args.model, engine="llama_cpp", engine_options=ENGINE_OPTIONS)
     workloads = {
         "rewrite": Sides(lambda i, on: one_stream(single, rewrite_prompt(i), {**greedy, "speculative": on})),
         "chat": Sides(lambda i, on: one_stream(single, CHATS[i % len(CHATS)], {**greedy, "speculative": on})),
@@ -116,7 +116,9 @@ def measure(args: argparse.Namespace) -> dict[str, Sides]:
         for sides in workloads.values():
             sides.round(i, "on" if i % 2 else "off")
     single.close()
-    batched = LLM.load(engine="llama_cpp_batched", engine_options={**ENGINE_OPTIONS, "parallel": STREAMS})
+    batched = LLM.load(
+        args.model, engine="llama_cpp_batched", engine_options={**ENGINE_OPTIONS, "parallel": STREAMS}
+    )
     many = Sides(lambda i, on: _joined(many_streams(batched, {**greedy, "speculative": on})))
     many.run(0, False)
     for i in range(args.rounds):
@@ -136,6 +138,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/speculation.json"))
+    parser.add_argument("--model", type=Path, help="a GGUF of the embedded model (default: its package's)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: every usable core)")
     parser.add_argument(
         "--note", action="append", default=[], help="a line for the result (how busy the machine was)"

@@ -38,6 +38,7 @@ from benchmarks.peers.compare_servers import Setup, llama_server_command
 from benchmarks.record import Recording, paired_ratios, rotated, spread
 from benchmarks.serve_process import free_port, started, stream_chat
 from llmflow.engines.llama_cpp import usable_cores
+from llmflow.engines.speculation import DRAFT_MAX
 from llmflow.model_files import default_model_path
 
 OFF = "off"
@@ -136,7 +137,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--n-ctx", type=int, default=2048)
-    p.add_argument("--draft-max", type=int, default=8, help="llmflow's draft tokens per pass at most")
+    p.add_argument("--draft-max", type=int, default=DRAFT_MAX, help="llmflow's draft tokens per pass at most")
     p.add_argument("--threads", type=int, default=usable_cores())
     p.add_argument(
         "--spec-type", action="append", help="llama-server --spec-type (default: ngram-simple, ngram-mod)"
