@@ -407,7 +407,10 @@ def gpu_ceilings(d: Result) -> str:
 
 def serving_factors(d: Result) -> str:
     """At the top concurrency, without llama-batched-bench: each llmflow server's output tok/s over
-    one wave of the same generations on the engine in this process (no HTTP)."""
+    the same workload on the engine in this process (no HTTP): the same closed loop in the same
+    rounds where the run has it, else one wave measured once after the rounds."""
+    if all("in_process_bench" in entry for entry in d["models"].values()):
+        return closed_loop_factors(d)
     rows = []
     for label, entry in d["models"].items():
         inside = entry["in_process"]["generated_tok_s"]
@@ -421,6 +424,26 @@ def serving_factors(d: Result) -> str:
     return (
         f"\nAt {top} streams, against one wave of the same generations on the engine in this process "
         "(no HTTP), measured once after the rounds:\n\n" + table(header, rows)
+    )
+
+
+def closed_loop_factors(d: Result) -> str:
+    rows = []
+    for label, entry in d["models"].items():
+        inside = entry["in_process_bench"]
+        top = max(entry["servers"]["llmflow"], key=int)
+        for name in (n for n in entry["servers"] if n.startswith("llmflow")):
+            served = entry["servers"][name][top]
+            pairs = zip(served["output_tok_s_rounds"], inside["output_tok_s_rounds"], strict=False)
+            rows.append([label, f"`{name}`", med(spread(served["output_tok_s_rounds"])),
+                         med(spread(inside["output_tok_s_rounds"])),
+                         f"**{med(spread(a / b for a, b in pairs), 2)}**"])  # fmt: skip
+    header = ["model", "server", "output tok/s", "the same workload in process, tok/s",
+              "serving factor: server / in process, round by round"]  # fmt: skip
+    return (
+        f"\nAt {top} streams, against the same `llmflow bench` workload (the same requests, the same "
+        "closed loop) on the engine in the benchmark's own process (no HTTP), in the same rounds; "
+        "median (min-max) of the rounds:\n\n" + table(header, rows)
     )
 
 

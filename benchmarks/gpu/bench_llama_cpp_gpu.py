@@ -10,9 +10,10 @@ own). At each concurrency level they are benchmarked one after the other, in an 
 alternates, for several rounds. A row is a server's median round by output throughput, so every
 number in it comes from one real run; every round's summary is kept. Every server gets `parallel`
 sequences of `n_ctx` tokens each and greedy requests of `prompt_tokens` random words and
-`max_tokens` tokens; output tokens are counted the same way for all (re-tokenized). Last, one wave
-of `parallel` generations on the engine in this process (no HTTP): what serving costs at the top
-concurrency is llmflow serve's output tok/s over it.
+`max_tokens` tokens; output tokens are counted the same way for all (re-tokenized). In the same
+rounds, at the top concurrency, the same `llmflow bench` workload runs on the engine in this
+process (no HTTP): what serving costs is llmflow serve's output tok/s over it, round by round.
+Last, one wave of `parallel` generations straight on the engine (no LLM, no bench client).
 
     python benchmarks/gpu/bench_llama_cpp_gpu.py --bin BUILD/bin \
         --model Q4_K_M=models/llama3-8b-Q4_K_M.gguf --model f16=models/llama3-8b-f16.gguf \
@@ -44,6 +45,9 @@ from stream_timing import at_once  # noqa: E402
 
 from llmflow.bench import BenchOptions, run_bench  # noqa: E402
 from llmflow.bench.driver import parse_list  # noqa: E402
+
+#: the job that runs the servers' workload on the engine in this process
+IN_PROCESS = "llmflow in process"
 
 
 class Run:
@@ -178,12 +182,15 @@ def serve_and_bench(run: Run, label: str, model: Path) -> dict[str, Any]:
     names = [*llmflow_serve_args(args), *llama_server_flags(args)]
     ports = {name: free_port() for name in names}
     commands = server_commands(args, model, ports)
+    top = max(args.concurrency)
     jobs = [
         (name, concurrency)
         for i, concurrency in enumerate(args.concurrency)
         for name in (names if i % 2 == 0 else names[::-1])
     ]
-    documents: dict[str, dict[int, list[dict[str, Any]]]] = {name: {} for name in commands}
+    if "in_process" not in args.skip:  # the serving factor's other side, in the same rounds
+        jobs.insert(jobs.index(("llmflow", top)) + 1, (IN_PROCESS, top))
+    documents: dict[str, dict[int, list[dict[str, Any]]]] = {name: {} for name, _ in jobs}
     with ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         urls = {
@@ -196,14 +203,34 @@ def serve_and_bench(run: Run, label: str, model: Path) -> dict[str, Any]:
                 run.log(f"{label}: time budget spent after {r} rounds")
                 break
             for name, concurrency in jobs if r % 2 == 0 else jobs[::-1]:
-                document = bench_level(args, urls[name], concurrency)
+                if name == IN_PROCESS:
+                    document = bench_in_process(args, model, concurrency)
+                else:
+                    document = bench_level(args, urls[name], concurrency)
                 documents[name].setdefault(concurrency, []).append(document)
                 s = document["levels"][0]["summary"]
                 run.log(f"{label} round {r + 1} {name} c={concurrency}: {s['output_throughput']:.0f} tok/s")
-    return {
+    result = {
         "commands": {name: _portable(command) for name, command in commands.items()},
         "servers": {name: _server_rows(documents[name]) for name in names},
     }
+    if documents.get(IN_PROCESS):
+        result["in_process_bench"] = _server_rows(documents[IN_PROCESS])[str(top)]
+    return result
+
+
+def bench_in_process(args: argparse.Namespace, model: Path, concurrency: int) -> dict[str, Any]:
+    """The servers' workload (the same requests, the same closed loop of `llmflow bench`) on the
+    engine in this process, loaded with llmflow serve's engine options: what is left between it
+    and llmflow serve is what serving costs."""
+    options = {"parallel": max(args.concurrency), "n_ctx": args.n_ctx, **_parse_options(args.engine_option)}
+    requests = max(args.min_requests, args.waves * concurrency)
+    document = run_bench(BenchOptions(concurrency=(concurrency,), requests=requests, seed=args.seed,
+                                      prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+                                      model=str(model), engine_options=options))  # fmt: skip
+    if document["aborted"]:
+        raise SystemExit(f"in process: {document['aborted']}")
+    return document
 
 
 def median_round(documents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -314,7 +341,7 @@ def main() -> None:
         help="LABEL=ARGS: llmflow serve once more with these arguments (e.g. si=--switch-interval 0.5)",
     )  # fmt: skip
     parser.add_argument(
-        "--skip", action="append", default=[], choices=["batched_bench", "servers", "split"],
+        "--skip", action="append", default=[], choices=["batched_bench", "servers", "in_process", "split"],
         help="a part of the run to leave out",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)

@@ -156,10 +156,10 @@ async def _open_backend(options: BenchOptions, state: _RunState) -> tuple[Backen
 
 
 def _open_in_process(options: BenchOptions, state: _RunState) -> tuple[Backend, TokenCounter]:
-    llm = load_llm(options.model, options.engine_options or None)
+    workers = max(options.concurrency or DEFAULT_CONCURRENCY)
+    llm = load_llm(options.model, options.engine_options or None, concurrent=workers > 1)
     state.target = replace(state.target, model=options.model or llm.model_name)
     state.tokenizer = llm.model_name
-    workers = max(options.concurrency or DEFAULT_CONCURRENCY)
     backend = InProcessBackend(
         llm, api=options.api, temperature=options.temperature, max_workers=workers, owns_llm=True
     )

@@ -19,14 +19,17 @@ if TYPE_CHECKING:
     from llmflow.llm import LLM
 
 
-def load_llm(model: str | None, engine_options: dict[str, Any] | None = None) -> LLM:
+def load_llm(
+    model: str | None, engine_options: dict[str, Any] | None = None, *, concurrent: bool = False
+) -> LLM:
     """What MODEL names (see `llmflow.mlflow.model_ref`): weights (None: the embedded model), or
     an MLflow model whose llmflow model is used directly (with the engine options it was logged
-    with, and `engine_options` on top)."""
+    with, and `engine_options` on top). `concurrent`: requests will run several at once, so a
+    GGUF model gets the engine that batches them, as `llmflow serve` gives it."""
     from llmflow.load_spec import LoadSpec
     from llmflow.mlflow.model_ref import resolve
 
-    llm = resolve(model, LoadSpec(engine_options=engine_options or {})).llm
+    llm = resolve(model, LoadSpec(engine_options=engine_options or {}), concurrent=concurrent).llm
     if llm is None:
         raise InvalidRequest.single(
             "model",

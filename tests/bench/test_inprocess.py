@@ -79,3 +79,18 @@ def test_a_model_that_is_not_llmflow(tmp_path):
     mlflow.pyfunc.save_model(tmp_path / "echo", python_model=Echo())
     with pytest.raises(InvalidRequest, match="is not an llmflow model"):
         run_bench(BenchOptions(model=str(tmp_path / "echo"), concurrency=(1,), requests=1))
+
+
+def test_concurrent_requests_get_the_batching_engine():
+    """Above concurrency 1 a GGUF model loads as `llmflow serve` loads it (the batching engine),
+    so that in-process and served runs of one workload differ by serving alone."""
+    from llmflow.bench.inprocess import load_llm
+    from llmflow.engines.llama_cpp import LlamaCppEngine
+    from llmflow.engines.llama_cpp_batched import LlamaCppBatchedEngine
+
+    for concurrent, kind in ((False, LlamaCppEngine), (True, LlamaCppBatchedEngine)):
+        llm = load_llm(str(default_model_path()), ENGINE, concurrent=concurrent)
+        try:
+            assert type(llm.engine) is kind
+        finally:
+            llm.close()
