@@ -78,18 +78,24 @@ def many_streams(llm: LLM, params: dict[str, Any]) -> tuple[float, int, list[str
 
 
 class Sides:
-    """Both sides of one workload, run alternately; keeps rates, token counts and whether each
-    answer with speculation on equals the same request's answer with it off."""
+    """Both sides of one workload, run alternately; keeps rates, token counts, the draft tokens
+    verified and confirmed with speculation on (the engine's counts: whether its planner drafted at
+    all) and whether each answer with speculation on equals the same request's answer with it off."""
 
-    def __init__(self, run: Any):
+    def __init__(self, run: Any, llm: LLM):
         self.run = run
+        self.counts = llm.engine.speculation_stats()
+        self.drafted = {"proposed": 0, "accepted": 0}
         self.rates: dict[str, list[float]] = {"off": [], "on": []}
         self.tokens: dict[str, list[int]] = {"off": [], "on": []}
         self.answers: dict[str, dict[int, Any]] = {"off": {}, "on": {}}
 
     def round(self, i: int, first: str) -> None:
         for side in (first, "off" if first == "on" else "on"):
+            before = (self.counts.proposed, self.counts.accepted)
             rate, tokens, text = self.run(i, side == "on")
+            self.drafted["proposed"] += self.counts.proposed - before[0]
+            self.drafted["accepted"] += self.counts.accepted - before[1]
             self.rates[side].append(rate)
             self.tokens[side].append(tokens)
             self.answers[side][i] = text
@@ -107,8 +113,12 @@ def measure(args: argparse.Namespace) -> dict[str, Sides]:
         ENGINE_OPTIONS["n_threads"] = args.threads
     single = LLM.load(args.model, engine="llama_cpp", engine_options=ENGINE_OPTIONS)
     workloads = {
-        "rewrite": Sides(lambda i, on: one_stream(single, rewrite_prompt(i), {**greedy, "speculative": on})),
-        "chat": Sides(lambda i, on: one_stream(single, CHATS[i % len(CHATS)], {**greedy, "speculative": on})),
+        "rewrite": Sides(
+            lambda i, on: one_stream(single, rewrite_prompt(i), {**greedy, "speculative": on}), single
+        ),
+        "chat": Sides(
+            lambda i, on: one_stream(single, CHATS[i % len(CHATS)], {**greedy, "speculative": on}), single
+        ),
     }
     for sides in workloads.values():  # warm-up: thread teams, the prompt's cells
         sides.run(0, False)
@@ -119,7 +129,7 @@ def measure(args: argparse.Namespace) -> dict[str, Sides]:
     batched = LLM.load(
         args.model, engine="llama_cpp_batched", engine_options={**ENGINE_OPTIONS, "parallel": STREAMS}
     )
-    many = Sides(lambda i, on: _joined(many_streams(batched, {**greedy, "speculative": on})))
+    many = Sides(lambda i, on: _joined(many_streams(batched, {**greedy, "speculative": on})), batched)
     many.run(0, False)
     for i in range(args.rounds):
         many.round(i, "on" if i % 2 else "off")
@@ -156,6 +166,7 @@ def main() -> None:
             "on_over_off": paired_ratios(sides.rates["on"], sides.rates["off"]),
             "identical": same,
             "answers": pairs,
+            "draft_tokens": sides.drafted,
         }
     config = {"model": "SmolLM2-135M-Instruct Q4_1", "rounds": args.rounds, "max_tokens": args.max_tokens,
               "streams": STREAMS, "engine_options": ENGINE_OPTIONS, "rewrites": REWRITES,

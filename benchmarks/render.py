@@ -156,6 +156,10 @@ def constraints(d: Result) -> str:
     )
 
 
+SPECULATION_HEADER = ["workload", "off tok/s", "on tok/s", "on / off", "target", "same answer",
+                      "draft tokens confirmed of verified"]  # fmt: skip
+
+
 def speculation(d: Result) -> str:
     s, c = d["summary"], d["config"]
     names = {
@@ -165,7 +169,7 @@ def speculation(d: Result) -> str:
     }
     rows = [
         [label, med(s[key]["off"]), med(s[key]["on"]), f"**{med(s[key]['on_over_off'], 2)}**",
-         f">= {goal}", f"{s[key]['identical']} of {s[key]['answers']}"]
+         f">= {goal}", f"{s[key]['identical']} of {s[key]['answers']}", _drafts(s[key].get("draft_tokens"))]
         for key, (label, goal) in names.items()
         if key in s
     ]  # fmt: skip
@@ -173,8 +177,12 @@ def speculation(d: Result) -> str:
         f"{c['model']}, greedy, {c['max_tokens']} tokens at most, KV cache "
         f"{c['engine_options'].get('kv_cache_type', 'f16')}, {plural(c['rounds'], 'round')} (sides "
         "alternated); decode tokens/s, median (min-max); the ratio round by round.\n\n"
-        + table(["workload", "off tok/s", "on tok/s", "on / off", "target", "same answer"], rows)
+        + table(SPECULATION_HEADER, rows)
     )
+
+
+def _drafts(counts: Result | None) -> str:
+    return f"{counts['accepted']} of {counts['proposed']}" if counts else "-"
 
 
 def speculation_servers(d: Result) -> str:
