@@ -384,11 +384,11 @@ def gpu_servers(d: Result) -> str:
 def gpu_ceilings(d: Result) -> str:
     """At the top concurrency: llama-batched-bench counted over its prefill and decode (the ceiling
     for a workload that brings its prompts), the engine in this process (no HTTP), and one KV pool."""
+    if not any("batched_bench" in entry for entry in d["models"].values()):
+        return serving_factors(d)
     rows = []
     for label, entry in d["models"].items():
         bench, inside = entry.get("batched_bench"), entry.get("in_process", entry.get("step_split"))
-        if inside and not bench:
-            return serving_factors(d)
         if not bench or not inside:
             continue
         top = max(entry["servers"]["llmflow"], key=int)
@@ -512,7 +512,9 @@ PARTS: dict[str, Part] = {
     "gpu-llama-cpp-switch": Part("llama_cpp_gpu_serving64", gpu_servers, GPU_RUN.format("measure")),
     "gpu-speculation": Part("speculation_gpu", speculation_servers, GPU_RUN.format("speculation")),
     "gpu-speculation-real": Part("speculation_gpu_smollm2", speculation_servers, GPU_COMMAND),
-    "gpu-speculation-long": Part("speculation_gpu_smollm2_dm32", speculation_servers, GPU_COMMAND),
+    "gpu-speculation-inprocess": Part("speculation_gpu_inprocess", speculation, GPU_COMMAND),
+    "speculation-xeon": Part("speculation_xeon", speculation, "`python -m benchmarks run speculation`, on an "
+                             "Intel Xeon with AVX-512"),
     "readme-batching": Part("batching", readme_batching, inline=True),
     "readme-tracing": Part("tracing", lambda d: "about " + med(d["summary"]["wrapper_us_per_chunk"]["traced"])
                            + " µs per chunk", inline=True),
