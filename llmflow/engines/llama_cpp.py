@@ -142,9 +142,24 @@ class LlamaCppOptions(EngineOptions):
     image_cache_mib: int = Field(
         256, ge=0, description="encoded images kept by hash, in MiB: a resent image is not encoded again"
     )
+    draft_min: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="draft tokens per pass at least, whenever a draft is found (0: as many as pay, "
+        "by the engine's measured pass cost and the answer's acceptance)",
+    )
     draft_max: int = Field(DRAFT_MAX, ge=1, le=64, description="draft tokens per pass at most")
     draft_ngram_min: int = Field(NGRAM_MIN, ge=1, le=16, description="shortest n-gram looked up")
     draft_ngram_max: int = Field(NGRAM_MAX, ge=1, le=16, description="longest n-gram looked up (tried first)")
+
+    @field_validator("draft_max")
+    @classmethod
+    def _draft_lengths_ordered(cls, value: int, info: ValidationInfo) -> int:
+        low = info.data.get("draft_min")
+        if low is not None and value < low:
+            raise ValueError(f"must be at least draft_min ({low})")
+        return value
 
     @field_validator("draft_ngram_max")
     @classmethod
@@ -158,7 +173,7 @@ class LlamaCppOptions(EngineOptions):
         """The speculation these options ask for, or None."""
         if not (self.speculative or self.draft_model):
             return None
-        return Speculation(self.draft_max, self.draft_ngram_min, self.draft_ngram_max)
+        return Speculation(self.draft_max, self.draft_ngram_min, self.draft_ngram_max, self.draft_min)
 
     @field_validator("kv_cache_type")
     @classmethod

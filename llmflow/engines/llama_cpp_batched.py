@@ -200,6 +200,7 @@ class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
             prompt_cache=prompt_cache,
             speculation=options.speculation(),
             draft_model=draft,
+            equal_drafts=not shape.kv_unified,
         )
 
     @classmethod

@@ -184,7 +184,7 @@ def generate(
     drafting: _Drafting | None = None
     if speculation is not None:
         lookup = drafter(prompt) if drafter is not None else speculation.lookup(prompt)
-        drafting = _Drafting(lookup, speculation.draft_max, cost if cost is not None else PassCost())
+        drafting = _Drafting(lookup, speculation, cost if cost is not None else PassCost())
     feed: list[int] = steps.prefill(prompt)  # after the prefix the engine kept, and any images
     n_past = steps.n_tokens
     draft: list[int] = []
@@ -234,11 +234,12 @@ class _Drafting:
     """One generation's drafts in the one-at-a-time loop: its proposer, its acceptance, the
     engine's pass cost."""
 
-    __slots__ = ("lookup", "draft_max", "cost", "acceptance")
+    __slots__ = ("lookup", "draft_max", "draft_min", "cost", "acceptance")
 
-    def __init__(self, lookup: Proposer, draft_max: int, cost: PassCost):
+    def __init__(self, lookup: Proposer, speculation: Speculation, cost: PassCost):
         self.lookup = lookup
-        self.draft_max = draft_max
+        self.draft_max = speculation.draft_max
+        self.draft_min = speculation.draft_min
         self.cost = cost
         self.acceptance = Acceptance()
 
@@ -250,7 +251,10 @@ class _Drafting:
         most = min(self.draft_max, room, left)
         if most <= 0:
             return []
-        k = plan_lengths(1, [(self.acceptance.rate, most)], self.cost.curve(), most)[0]
+        k = max(
+            plan_lengths(1, [(self.acceptance.rate, most)], self.cost.curve(), most)[0],
+            min(self.draft_min, most),
+        )
         draft = self.lookup.propose(k) if k > 0 else []
         if constraint is not None and draft:
             draft = draft[: constraint.allowed_prefix(draft)]

@@ -406,13 +406,14 @@ class BatchScheduler:
         prompt_cache: PromptCache | None = None,
         speculation: Speculation | None = None,
         draft_model: SequenceDrafter | None = None,
+        equal_drafts: bool = False,
     ):
         """`one_pass`: each step is one forward pass over the decoding tokens and the prompt
         chunks together (for a GPU, where that costs about as much as the decoding tokens alone).
         `speculation`: decoding requests that allow it verify a draft in the step's pass (not
         those with an output constraint: the backend masks only a pass's first row), from prompt
         lookup or, for text-only requests, from `draft_model` (its sequence ids are the
-        scheduler's)."""
+        scheduler's); `equal_drafts`: all of one length (a KV stream per sequence, `Drafts`)."""
         if n_batch < max(parallel, prefill_chunk):
             raise ValueError(f"n_batch ({n_batch}) must be at least parallel and prefill_chunk")
         self.backend = backend
@@ -446,7 +447,9 @@ class BatchScheduler:
         self._restores = 0
         self._save_s = 0.0
         self._save_s_max = 0.0
-        self._drafts = Drafts(speculation, draft_model) if speculation is not None else None
+        self._drafts = (
+            Drafts(speculation, draft_model, equal=equal_drafts) if speculation is not None else None
+        )
         self.speculation_counts = SpeculationCounts()
         self._thread = threading.Thread(target=self._run, name="llmflow-batch-scheduler", daemon=True)
         self._thread.start()
@@ -725,10 +728,10 @@ class BatchScheduler:
             request.fed -= rejected
             self.backend.truncate(request.seq, request.fed)
         assert self._drafts is not None
-        self._drafts.record(request, len(entry.draft), confirmed)
-        self.speculation_counts.add(len(entry.draft), confirmed)
+        proposed, taken = self._drafts.record(request, len(entry.draft), confirmed)
+        self.speculation_counts.add(proposed, taken)
         if request.reuse is not None:
-            request.reuse.add_drafts(len(entry.draft), confirmed)
+            request.reuse.add_drafts(proposed, taken)
         for token in run:
             if request.seq < 0:  # ended inside the run: an end-of-generation token, its limit
                 return

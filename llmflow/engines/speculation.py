@@ -51,10 +51,14 @@ class Speculation:
     draft_max: int = DRAFT_MAX
     ngram_min: int = NGRAM_MIN
     ngram_max: int = NGRAM_MAX
+    #: draft tokens per pass at least whenever a draft is found (0: only as many as pay)
+    draft_min: int = 0
 
     def __post_init__(self) -> None:
         if self.draft_max < 1:
             raise ValueError("draft_max must be at least 1")
+        if not 0 <= self.draft_min <= self.draft_max:
+            raise ValueError("draft_min must satisfy 0 <= draft_min <= draft_max")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError("n-gram sizes must satisfy 1 <= ngram_min <= ngram_max")
 
@@ -260,6 +264,29 @@ def plan_lengths(
     return lengths
 
 
+def plan_equal_length(
+    decoding: int, offers: Sequence[tuple[float, int]], cost: Callable[[int], float], room: int
+) -> int:
+    """One draft length for every offer (its acceptance rate, its tokens at most), for the most
+    expected tokens per second of a pass beside `decoding` one-token entries, `room` draft tokens
+    at most in all. An offer shorter than the length is padded (`Drafts`): its padding costs
+    width and is expected to yield nothing. The j-th draft token of an offer of rate a is taken
+    with probability a**j, as in `plan_lengths`."""
+    n = len(offers)
+    longest = min(max((most for rate, most in offers if rate > 0), default=0), room // n if n else 0)
+    expected, best, chosen = float(decoding), decoding / cost(decoding) if decoding else 0.0, 0
+    taken = [1.0] * n
+    for length in range(1, longest + 1):
+        for i, (rate, most) in enumerate(offers):
+            if length <= most:
+                taken[i] *= rate
+                expected += taken[i]
+        rate = expected / cost(decoding + n * length)
+        if rate > best:
+            best, chosen = rate, length
+    return chosen
+
+
 class SpeculationCounts:
     """Draft tokens proposed and accepted, summed over an engine's generations (its metrics).
     Written by the one thread that decodes."""
@@ -287,14 +314,25 @@ class Drafts:
     `Acceptance`, and its `PromptLookup` kept in step with its tokens, by a key of the caller's;
     the engine's `PassCost`, from which `plan_lengths` sizes each step's drafts. With a draft
     `model`, text-only generations are drafted by it, all in the same passes; generations with
-    images (which a draft model cannot read) by prompt lookup."""
+    images (which a draft model cannot read) by prompt lookup.
 
-    __slots__ = ("_speculation", "_model", "_state", "cost")
+    `equal`: every draft of a step has one length (`plan_equal_length`), a shorter proposal
+    padded with its last token. With a KV stream per sequence, llama.cpp computes a pass in
+    micro-batches that take the same number of tokens from each sequence: drafts of different
+    lengths would cost a micro-batch per length, each about a whole pass on a GPU, which the
+    width alone (what `PassCost` knows) does not tell. A padding token is a fixed function of the
+    tokens, so the acceptance rule stays exact; it is verified like any draft token but neither
+    counted as proposed nor held against the generation's acceptance."""
 
-    def __init__(self, speculation: Speculation, model: SequenceDrafter | None = None):
+    __slots__ = ("_speculation", "_model", "_state", "_equal", "cost")
+
+    def __init__(
+        self, speculation: Speculation, model: SequenceDrafter | None = None, *, equal: bool = False
+    ):
         self._speculation = speculation
         self._model = model
         self._state: dict[object, _Drafting] = {}
+        self._equal = equal
         self.cost = PassCost()
 
     def propose(self, wants: Sequence[Want], decoding: int, room: int) -> dict[object, list[int]]:
@@ -319,7 +357,16 @@ class Drafts:
             tokens = state.lookup.propose(most)
             offered.append(tokens)
             offers.append((state.acceptance.rate, len(tokens)))
-        lengths = plan_lengths(decoding, offers, self.cost.curve(), room)
+        least = self._speculation.draft_min
+        if self._equal:
+            length = plan_equal_length(decoding, offers, self.cost.curve(), room)
+            if any(most for _, most in offers):
+                length = max(length, min(least, room // len(offers)))
+            lengths = [min(length, want.most) for want in wants]
+        else:
+            lengths = plan_lengths(decoding, offers, self.cost.curve(), room)
+            for i, (_, most) in enumerate(offers):
+                lengths[i] += max(0, min(min(least, most) - lengths[i], room - sum(lengths)))
         drafts: dict[object, list[int]] = {}
         for_model: dict[int, tuple[Sequence[int], int]] = {}
         keys: dict[int, object] = {}
@@ -335,12 +382,26 @@ class Drafts:
             made = self._model.continue_greedily(for_model)
             for seq, key in keys.items():
                 drafts[key] = made.get(seq, [])
+        for want, k in zip(wants, lengths, strict=True):
+            if k == 0:
+                continue
+            draft = drafts.get(want.key, [])
+            self._state[want.key].proposed = len(draft)
+            if self._equal and len(draft) < k:
+                drafts[want.key] = draft + [draft[-1] if draft else want.tokens[-1]] * (k - len(draft))
         return drafts
 
-    def record(self, key: object, drafted: int, confirmed: int) -> None:
+    def record(self, key: object, drafted: int, confirmed: int) -> tuple[int, int]:
+        """A verified draft of `drafted` tokens, the first `confirmed` taken; returns the proposed
+        tokens among them and how many of those were taken (padding left out)."""
         state = self._state.get(key)
-        if state is not None:
-            state.acceptance.add(drafted, confirmed)
+        if state is None:
+            return drafted, confirmed
+        proposed = min(drafted, state.proposed)
+        taken = min(confirmed, proposed)
+        if proposed:
+            state.acceptance.add(proposed, taken)
+        return proposed, taken
 
     def keep_only(self, keys: Iterable[object]) -> None:
         """Forget the generations not in `keys` (ended)."""
@@ -362,10 +423,12 @@ class Want:
 
 
 class _Drafting:
-    """One generation's acceptance and, once it drafts by prompt lookup, its n-grams."""
+    """One generation's acceptance, the proposed tokens of its last draft (without padding) and,
+    once it drafts by prompt lookup, its n-grams."""
 
-    __slots__ = ("acceptance", "lookup")
+    __slots__ = ("acceptance", "proposed", "lookup")
 
     def __init__(self) -> None:
         self.acceptance = Acceptance()
+        self.proposed = 0
         self.lookup: PromptLookup | None = None

@@ -37,7 +37,10 @@ TEXT = (
 
 
 def load(engine: str, **options) -> LLM:
+    """Drafting whenever a draft is found (`draft_min`), whatever the planner would find worth it
+    on this machine's pass costs: what is tested is that drafts change nothing."""
     options = {"n_ctx": 1024, "prompt_cache": False, "speculative": True, **options}
+    options.setdefault("draft_min", min(4, options.get("draft_max", 4)))
     if engine == "llama_cpp_batched":
         options.setdefault("parallel", 4)
     return LLM.load(engine=engine, engine_options=options)

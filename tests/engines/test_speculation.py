@@ -14,10 +14,13 @@ from llmflow.engines.speculation import (
     STALE_PASSES,
     UNLIKELY,
     Acceptance,
+    Drafts,
     PassCost,
     PromptLookup,
     Speculation,
+    Want,
     accepted_prefix,
+    plan_equal_length,
     plan_lengths,
 )
 
@@ -194,11 +197,83 @@ def test_plan_lengths_finds_the_best_expected_tokens_per_second(decoding, offers
     assert expected_rate(decoding, offers, lengths, cost) == pytest.approx(best, rel=1e-9)
 
 
+def test_one_length_for_all_drafts_where_a_wider_pass_costs_little_more():
+    """A GPU's pass of a small model: its cost barely moves with the width, so the likely
+    offers set a long common length and the others are padded to it."""
+    assert plan_equal_length(8, [(0.95, 20), (0.9, 5), (0.5, 0)], linear(1.0, 0.002), 500) == 20
+    assert plan_equal_length(8, [(0.95, 20), (0.9, 5)], linear(1.0, 0.002), 10) == 5  # the room holds
+
+
+def test_no_common_length_where_every_token_costs_a_pass_share():
+    cost = PassCost()
+    for width, ms in [(1, 12.9), (8, 51.8), (24, 176.3), (48, 312.3), (72, 364.9)]:
+        cost.observe(width, ms / 1000)
+    assert plan_equal_length(8, [(0.9, 8)] * 8, cost.curve(), 500) == 0
+    assert plan_equal_length(8, [(0.99, 0)] * 8, linear(1.0, 0.0), 500) == 0  # nothing proposed
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    decoding=st.integers(1, 4),
+    offers=st.lists(st.tuples(st.floats(0.05, 0.99), st.integers(0, 6)), min_size=1, max_size=4),
+    costs=st.lists(st.floats(0.1, 3.0), min_size=30, max_size=30),
+    room=st.integers(0, 20),
+)
+def test_plan_equal_length_finds_the_best_expected_tokens_per_second(decoding, offers, costs, room):
+    """Against every length, by brute force: padding counts in the width, never in the tokens."""
+    steps = [sum(costs[: i + 1]) for i in range(len(costs))]
+    cost = lambda width: steps[width - 1]  # noqa: E731
+    length = plan_equal_length(decoding, offers, cost, room)
+    assert len(offers) * length <= room
+    assert length <= max(most for _, most in offers)
+
+    def rate(k: int) -> float:
+        expected = decoding + sum(sum(a**j for j in range(1, min(k, most) + 1)) for a, most in offers)
+        return expected / cost(decoding + len(offers) * k)
+
+    candidates = range(min(max(most for _, most in offers), room // len(offers)) + 1)
+    assert rate(length) == pytest.approx(max(rate(k) for k in candidates), rel=1e-9)
+
+
+def test_equal_drafts_are_padded_and_the_padding_counts_for_nothing():
+    drafts = Drafts(Speculation(draft_max=8), equal=True)
+    for width in (2, 16):
+        drafts.cost.observe(width, 1.0)  # a pass costs the same at any width
+    copying = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]
+    novel = [1, 2, 3, 4]
+    wants = [Want("a", 0, copying, 20), Want("b", 1, novel, 20)]
+    made = drafts.propose(wants, decoding=2, room=40)
+    assert made["a"] == [7, 8, 9, 5, 6]  # the longest proposal sets the length
+    assert made["b"] == [4] * 5  # b proposed nothing: all padding
+    assert drafts.record("a", 5, 5) == (5, 5)
+    assert drafts.record("b", 5, 3) == (0, 0)  # padding: neither proposed nor confirmed
+
+
+@pytest.mark.parametrize("equal", [False, True])
+def test_draft_min_drafts_where_the_planner_would_not(equal):
+    drafts = Drafts(Speculation(draft_max=8, draft_min=3), equal=equal)
+    for width, seconds in [(1, 1.0), (16, 16.0)]:
+        drafts.cost.observe(width, seconds)  # every token costs a pass: nothing pays
+    wants = [Want("a", 0, [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6], 20), Want("b", 1, [1, 2, 3, 4], 20)]
+    made = drafts.propose(wants, decoding=2, room=40)
+    assert made["a"] == [7, 8, 9]
+    assert made.get("b", []) == ([4, 4, 4] if equal else [])  # nothing found: padding only
+
+
+def test_an_engine_option_out_of_order_names_the_field():
+    from llmflow.engines.llama_cpp import LlamaCppOptions
+
+    with pytest.raises(ValueError, match="draft_min"):
+        LlamaCppOptions(draft_min=8, draft_max=4)
+
+
 def test_settings_are_checked():
     with pytest.raises(ValueError):
         Speculation(draft_max=0)
     with pytest.raises(ValueError):
         Speculation(ngram_min=3, ngram_max=2)
+    with pytest.raises(ValueError):
+        Speculation(draft_max=4, draft_min=5)
     with pytest.raises(ValueError):
         PromptLookup([], ngram_min=0)
     assert Speculation().lookup([1, 2, 3, 1, 2]).propose(3) == [3, 1, 2]
