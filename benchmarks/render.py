@@ -415,27 +415,7 @@ def gpu_ceilings(d: Result) -> str:
 
 def serving_factors(d: Result) -> str:
     """At the top concurrency, without llama-batched-bench: each llmflow server's output tok/s over
-    the same workload on the engine in this process (no HTTP): the same closed loop in the same
-    rounds where the run has it, else one wave measured once after the rounds."""
-    if all("in_process_bench" in entry for entry in d["models"].values()):
-        return closed_loop_factors(d)
-    rows = []
-    for label, entry in d["models"].items():
-        inside = entry["in_process"]["generated_tok_s"]
-        ours = [name for name in entry["servers"] if name.startswith("llmflow")]
-        top = max(entry["servers"]["llmflow"], key=int)
-        for name in ours:
-            served = entry["servers"][name][top]["output_tok_s"]
-            rows.append([label, f"`{name}`", num(served), num(inside), f"**{num(served / inside, 2)}**"])
-    header = ["model", "server", "output tok/s (median round)", "engine in process tok/s",
-              "serving factor: server / in process"]  # fmt: skip
-    return (
-        f"\nAt {top} streams, against one wave of the same generations on the engine in this process "
-        "(no HTTP), measured once after the rounds:\n\n" + table(header, rows)
-    )
-
-
-def closed_loop_factors(d: Result) -> str:
+    the same `llmflow bench` workload on the engine in this process, in the same rounds."""
     rows = []
     for label, entry in d["models"].items():
         inside = entry["in_process_bench"]

@@ -9,10 +9,9 @@
 #   run_h200.sh prepare SRC TOKENIZER WHEELS WORK  # build + wheels, the models made beside the build
 #                                        # in the background (WORK/models.log); returns when they
 #                                        # are done or when WAIT_UNTIL_S (default 480) s have passed
-#   run_h200.sh measure SRC TOKENIZER WORK OUT  # after prepare, into OUT: images_cuda.json
-#                                        # (check_images_cuda.py), then, the models awaited (made
+#   run_h200.sh measure SRC TOKENIZER WORK OUT  # after prepare, into OUT, the models awaited (made
 #                                        # here if no one makes them; at most MODELS_WAIT_S, default
-#                                        # 330 s), serving64.json: llmflow serve and the in-process
+#                                        # 330 s): serving64.json, llmflow serve and the in-process
 #                                        # engine at 64 streams against llama-server, Q4_K_M, rounds
 #                                        # begun within BUDGET_S (default 200) s; COMMIT: the commit
 #                                        # to record when the checkout has no .git
@@ -33,9 +32,11 @@
 #   run_h200.sh engines WHEELS WORK LOGDIR  # the transformers and ExLlamaV2 engines' GPU tests (their
 #                                        # conformance, structured output, logprobs); needs no build
 #
+# Images on CUDA are checked by the tests themselves: tests/engines/test_llama_cpp_images.py run
+# with the CUDA build on the path (with_build) reads them on whatever device the build offers.
+#
 # Two commands on one machine (each well under 10 minutes; WORK kept between them), with
-# build/gpu holding src/, tokenizer.json, wheels/ and vision/ (scripts/make_vision_model.py's
-# projector and text model, the latter maybe quantized with make_gguf.py quantize):
+# build/gpu holding src/, tokenizer.json and wheels/:
 #   bash benchmarks/gpu/run_h200.sh prepare build/gpu/src build/gpu/tokenizer.json build/gpu/wheels /tmp/w
 #   bash benchmarks/gpu/run_h200.sh measure build/gpu/src build/gpu/tokenizer.json /tmp/w "$OUT"
 #
@@ -108,12 +109,6 @@ case $1 in
         src=$2 tokenizer=$3 work=$4 out=$5
         mkdir -p "$out"
         failed=0
-        # the image check needs none of the models: it runs while they may still be made
-        for engine in llama_cpp llama_cpp_batched; do
-            (with_build "$work" && cd "$root" &&
-                python3 "$here/check_images_cuda.py" --engine $engine --out "$out/images_cuda_$engine.json") ||
-                failed=1
-        done
         while [[ ! -e $work/models/.done ]] && ((SECONDS < ${MODELS_WAIT_S:-330})); do
             if ! kill -0 "$(cat "$work/models.pid" 2>/dev/null)" 2>/dev/null; then
                 echo "no model maker running: making what is missing now"

@@ -42,6 +42,10 @@ PRIOR_CONFIRMED, PRIOR_REJECTED, TRIAL_FADE, PASS_FADE = 3.0, 1.0, 0.97, 0.97
 COST_WEIGHT, STALE_PASSES, UNTRIED_SLOPE = 0.2, 2048, 0.25
 #: a draft token less likely than this to be taken is never verified
 UNLIKELY = 0.02
+#: drafts must promise this much more than a pass without them (expected tokens per second):
+#: pass costs and acceptance rates are estimates, and where drafts barely pay (a CPU whose pass
+#: costs about its width) their noise alone would otherwise make the planner draft at a loss
+GAIN_MARGIN = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,12 +242,13 @@ def plan_lengths(
     all. The j-th draft token of an offer of rate a is taken with probability a**j, so a pass is
     expected to yield `decoding` plus the sum of those over the drafted tokens, in the time
     `cost(width)`. Draft tokens join most likely first; the count with the best expected tokens
-    per second wins (every count is tried: a pass's cost may jump between two widths)."""
+    per second wins (every count is tried: a pass's cost may jump between two widths), if it
+    beats no drafts by `GAIN_MARGIN`."""
     lengths = [0] * len(offers)
     heap = [(-rate, i, 1) for i, (rate, most) in enumerate(offers) if most > 0 and rate > 0]
     heapify(heap)
     expected, width = float(decoding), decoding
-    best = expected / cost(width) if width else 0.0
+    best = (1 + GAIN_MARGIN) * expected / cost(width) if width else 0.0
     order: list[int] = []
     chosen = 0
     while heap and len(order) < room:
@@ -271,10 +276,11 @@ def plan_equal_length(
     expected tokens per second of a pass beside `decoding` one-token entries, `room` draft tokens
     at most in all. An offer shorter than the length is padded (`Drafts`): its padding costs
     width and is expected to yield nothing. The j-th draft token of an offer of rate a is taken
-    with probability a**j, as in `plan_lengths`."""
+    with probability a**j, as in `plan_lengths` (and, as there, only beyond `GAIN_MARGIN`)."""
     n = len(offers)
     longest = min(max((most for rate, most in offers if rate > 0), default=0), room // n if n else 0)
-    expected, best, chosen = float(decoding), decoding / cost(decoding) if decoding else 0.0, 0
+    expected, chosen = float(decoding), 0
+    best = (1 + GAIN_MARGIN) * decoding / cost(decoding) if decoding else 0.0
     taken = [1.0] * n
     for length in range(1, longest + 1):
         for i, (rate, most) in enumerate(offers):
