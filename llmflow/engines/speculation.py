@@ -186,10 +186,12 @@ class PassCost:
 
     Verifying a draft is not free: on a CPU a pass of k tokens costs about k one-token passes,
     on a GPU's quantized kernels a 9-token pass about 2 to 3 (docs/engines.md). So the planner
-    needs the engine's own figures. A width above every measured one is assumed cheap (each
-    further token a quarter of the widest pass's cost per token), so it is tried once and its
-    cost learned; a band not seen for `STALE_PASSES` passes is forgotten and so tried again
-    (costs move with the context's length and the machine's load)."""
+    needs the engine's own figures. A width up to twice the widest measured one is assumed cheap
+    (each further token a quarter of the widest pass's cost per token), so it is tried once and
+    its cost learned; wider ones cost in proportion to that, so that passes are tried wider step
+    by step, never far beyond what was measured (one wide pass where every token costs its share
+    is dear). A band not seen for `STALE_PASSES` passes is forgotten and so tried again (costs
+    move with the context's length and the machine's load)."""
 
     __slots__ = ("_bands", "_passes")
 
@@ -216,14 +218,18 @@ class PassCost:
         fresh = self._passes - STALE_PASSES
         points = sorted((w, s) for w, s, seen in self._bands.values() if seen > fresh and s > 0)
         if not points:
-            return lambda width: 1.0 + UNTRIED_SLOPE * (width - 1)
+            points = [(1.0, 1.0)]
         widths = [w for w, _ in points]
         widest, most = points[-1]
         slope_beyond = UNTRIED_SLOPE * most / widest
+        #: per token beyond twice the widest: the share of a token in the optimistic guess there
+        share_far = (most + slope_beyond * widest) / (2 * widest)
 
         def estimate(width: int) -> float:
             i = bisect_left(widths, width)
             if i == len(points):
+                if width > 2 * widest:
+                    return share_far * width
                 return most + slope_beyond * (width - widest)
             w1, s1 = points[i]
             if i == 0:

@@ -114,7 +114,7 @@ def test_acceptance_rises_on_confirmed_drafts_falls_on_rejections_and_fades_back
 
 def test_pass_cost_interpolates_what_it_saw_and_assumes_wider_passes_cheap_until_tried():
     cost = PassCost()
-    assert cost.curve()(1) < cost.curve()(9) < 9 * cost.curve()(1)  # nothing seen: tried gently
+    assert cost.curve()(1) < cost.curve()(2) < 2 * cost.curve()(1)  # nothing seen: tried gently
     cost.observe(1, 0.010)
     cost.observe(8, 0.050)
     curve = cost.curve()
@@ -122,8 +122,17 @@ def test_pass_cost_interpolates_what_it_saw_and_assumes_wider_passes_cheap_until
     assert curve(8) == pytest.approx(0.050)
     assert curve(4) == pytest.approx(0.010 + 0.040 * 3 / 7)
     assert 0.050 < curve(16) < 0.050 + 8 * 0.050 / 8  # beyond: a quarter of the cost per token
+    assert curve(64) == pytest.approx(curve(16) * 4)  # beyond twice the widest: in proportion
     cost.observe(16, 0.100)
     assert cost.curve()(16) == pytest.approx(0.100)
+
+
+def test_untried_widths_are_tried_a_doubling_at_a_time():
+    """A CPU where every token costs a one-token pass: from one-token passes alone, a copying
+    answer tries a two-token pass, not a 17-token one (which would cost 17 passes at once)."""
+    cost = PassCost()
+    cost.observe(1, 0.013)
+    assert plan_lengths(1, [(0.9, 16)], cost.curve(), 32) == [1]
 
 
 def test_pass_cost_forgets_a_band_not_seen_for_long():
@@ -131,7 +140,9 @@ def test_pass_cost_forgets_a_band_not_seen_for_long():
     cost.observe(16, 1.0)  # one slow pass (say, the machine was busy)
     for _ in range(STALE_PASSES):
         cost.observe(1, 0.010)
-    assert cost.curve()(16) < 0.1  # tried again rather than avoided for ever
+    curve = cost.curve()
+    assert curve(16) < 0.2  # the slow pass forgotten: its width is guessed afresh
+    assert curve(2) < 2 * curve(1)  # and tried again, wider step by step, rather than avoided for ever
 
 
 def test_pass_cost_below_the_narrowest_pass_costs_its_share():
