@@ -153,20 +153,14 @@ class LlamaCppOptions(EngineOptions):
     draft_ngram_min: int = Field(NGRAM_MIN, ge=1, le=16, description="shortest n-gram looked up")
     draft_ngram_max: int = Field(NGRAM_MAX, ge=1, le=16, description="longest n-gram looked up (tried first)")
 
-    @field_validator("draft_max")
+    @field_validator("draft_max", "draft_ngram_max")
     @classmethod
-    def _draft_lengths_ordered(cls, value: int, info: ValidationInfo) -> int:
-        low = info.data.get("draft_min")
+    def _bounds_ordered(cls, value: int, info: ValidationInfo) -> int:
+        """An upper bound at least its lower bound (`draft_max` >= `draft_min`, n-gram sizes)."""
+        lower = info.field_name.replace("_max", "_min") if info.field_name else ""
+        low = info.data.get(lower)
         if low is not None and value < low:
-            raise ValueError(f"must be at least draft_min ({low})")
-        return value
-
-    @field_validator("draft_ngram_max")
-    @classmethod
-    def _ngram_sizes_ordered(cls, value: int, info: ValidationInfo) -> int:
-        low = info.data.get("draft_ngram_min")
-        if low is not None and value < low:
-            raise ValueError(f"must be at least draft_ngram_min ({low})")
+            raise ValueError(f"must be at least {lower} ({low})")
         return value
 
     def speculation(self) -> Speculation | None:

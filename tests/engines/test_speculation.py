@@ -175,6 +175,12 @@ def test_likelier_offers_draft_more():
     assert long > short
 
 
+def increasing(costs: list[float]):
+    """A pass cost by width that only grows: each width costs the one before plus its step."""
+    steps = list(itertools.accumulate(costs))
+    return lambda width: steps[width - 1]
+
+
 def expected_rate(decoding, offers, lengths, cost):
     expected = decoding + sum(
         sum(rate**j for j in range(1, k + 1)) for (rate, _), k in zip(offers, lengths, strict=True)
@@ -192,8 +198,7 @@ def expected_rate(decoding, offers, lengths, cost):
 )
 def test_plan_lengths_finds_the_best_expected_tokens_per_second(decoding, offers, costs, room):
     """Against every allocation, by brute force, on any increasing pass cost."""
-    steps = [sum(costs[: i + 1]) for i in range(len(costs))]
-    cost = lambda width: steps[width - 1]  # noqa: E731
+    cost = increasing(costs)
     lengths = plan_lengths(decoding, offers, cost, room)
     assert all(0 <= k <= most for k, (_, most) in zip(lengths, offers, strict=True))
     assert sum(lengths) <= room
@@ -237,8 +242,7 @@ def test_no_common_length_where_every_token_costs_a_pass_share():
 )
 def test_plan_equal_length_finds_the_best_expected_tokens_per_second(decoding, offers, costs, room):
     """Against every length, by brute force: padding counts in the width, never in the tokens."""
-    steps = [sum(costs[: i + 1]) for i in range(len(costs))]
-    cost = lambda width: steps[width - 1]  # noqa: E731
+    cost = increasing(costs)
     length = plan_equal_length(decoding, offers, cost, room)
     assert len(offers) * length <= room
     assert length <= max(most for _, most in offers)
