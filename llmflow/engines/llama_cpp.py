@@ -157,7 +157,7 @@ class LlamaCppOptions(EngineOptions):
     @classmethod
     def _bounds_ordered(cls, value: int, info: ValidationInfo) -> int:
         """An upper bound at least its lower bound (`draft_max` >= `draft_min`, n-gram sizes)."""
-        lower = info.field_name.replace("_max", "_min") if info.field_name else ""
+        lower = (info.field_name or "").replace("_max", "_min")
         low = info.data.get(lower)
         if low is not None and value < low:
             raise ValueError(f"must be at least {lower} ({low})")

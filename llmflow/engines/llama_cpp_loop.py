@@ -234,12 +234,11 @@ class _Drafting:
     """One generation's drafts in the one-at-a-time loop: its proposer, its acceptance, the
     engine's pass cost."""
 
-    __slots__ = ("lookup", "draft_max", "draft_min", "cost", "acceptance")
+    __slots__ = ("lookup", "speculation", "cost", "acceptance")
 
     def __init__(self, lookup: Proposer, speculation: Speculation, cost: PassCost):
         self.lookup = lookup
-        self.draft_max = speculation.draft_max
-        self.draft_min = speculation.draft_min
+        self.speculation = speculation
         self.cost = cost
         self.acceptance = Acceptance()
 
@@ -248,13 +247,11 @@ class _Drafting:
         the tokens left, cut before the first token an output constraint refuses (verifying a
         token that could never be sampled is wasted work)."""
         self.acceptance.fade()
-        most = min(self.draft_max, room, left)
+        most = min(self.speculation.draft_max, room, left)
         if most <= 0:
             return []
-        k = max(
-            plan_lengths(1, [(self.acceptance.rate, most)], self.cost.curve(), most)[0],
-            min(self.draft_min, most),
-        )
+        rate = self.acceptance.rate
+        k = plan_lengths(1, [(rate, most)], self.cost.curve(), most, self.speculation.draft_min)[0]
         draft = self.lookup.propose(k) if k > 0 else []
         if constraint is not None and draft:
             draft = draft[: constraint.allowed_prefix(draft)]

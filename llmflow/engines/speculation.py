@@ -241,7 +241,11 @@ class PassCost:
 
 
 def plan_lengths(
-    decoding: int, offers: Sequence[tuple[float, int]], cost: Callable[[int], float], room: int
+    decoding: int,
+    offers: Sequence[tuple[float, int]],
+    cost: Callable[[int], float],
+    room: int,
+    least: int = 0,
 ) -> list[int]:
     """How many draft tokens each offer (its acceptance rate, its tokens at most) verifies in a
     pass beside `decoding` one-token entries, for the most tokens per second, at most `room` in
@@ -249,7 +253,8 @@ def plan_lengths(
     expected to yield `decoding` plus the sum of those over the drafted tokens, in the time
     `cost(width)`. Draft tokens join most likely first; the count with the best expected tokens
     per second wins (every count is tried: a pass's cost may jump between two widths), if it
-    beats no drafts by `GAIN_MARGIN`."""
+    beats no drafts by `GAIN_MARGIN`. Each offer then drafts at least `least` tokens (`draft_min`)
+    where it has them and the room holds them."""
     lengths = [0] * len(offers)
     heap = [(-rate, i, 1) for i, (rate, most) in enumerate(offers) if most > 0 and rate > 0]
     heapify(heap)
@@ -272,17 +277,28 @@ def plan_lengths(
             heappush(heap, (p * a, i, j + 1))
     for i in order[:chosen]:
         lengths[i] += 1
+    if least:
+        left = room - chosen
+        for i, (_, most) in enumerate(offers):
+            more = max(0, min(min(least, most) - lengths[i], left))
+            lengths[i] += more
+            left -= more
     return lengths
 
 
 def plan_equal_length(
-    decoding: int, offers: Sequence[tuple[float, int]], cost: Callable[[int], float], room: int
+    decoding: int,
+    offers: Sequence[tuple[float, int]],
+    cost: Callable[[int], float],
+    room: int,
+    least: int = 0,
 ) -> int:
     """One draft length for every offer (its acceptance rate, its tokens at most), for the most
     expected tokens per second of a pass beside `decoding` one-token entries, `room` draft tokens
     at most in all. An offer shorter than the length is padded (`Drafts`): its padding costs
     width and is expected to yield nothing. The j-th draft token of an offer of rate a is taken
-    with probability a**j, as in `plan_lengths` (and, as there, only beyond `GAIN_MARGIN`)."""
+    with probability a**j, as in `plan_lengths` (and, as there, only beyond `GAIN_MARGIN`; at
+    least `least` where any offer has a token and the room holds it)."""
     n = len(offers)
     longest = min(max((most for rate, most in offers if rate > 0), default=0), room // n if n else 0)
     expected, chosen = float(decoding), 0
@@ -296,6 +312,8 @@ def plan_equal_length(
         rate = expected / cost(decoding + n * length)
         if rate > best:
             best, chosen = rate, length
+    if least and any(most for _, most in offers):
+        chosen = max(chosen, min(least, room // n))
     return chosen
 
 
@@ -353,10 +371,12 @@ class Drafts:
         first (a look-up costs nothing); a draft model is asked for the planned lengths only."""
         offered: list[list[int] | None] = []
         offers: list[tuple[float, int]] = []
+        states: list[_Drafting] = []
         for want in wants:
             state = self._state.get(want.key)
             if state is None:
                 state = self._state[want.key] = _Drafting()
+            states.append(state)
             state.acceptance.fade()
             most = min(want.most, self._speculation.draft_max)
             if self._model is not None and want.text_only:
@@ -371,14 +391,10 @@ class Drafts:
             offers.append((state.acceptance.rate, len(tokens)))
         least = self._speculation.draft_min
         if self._equal:
-            length = plan_equal_length(decoding, offers, self.cost.curve(), room)
-            if any(most for _, most in offers):
-                length = max(length, min(least, room // len(offers)))
+            length = plan_equal_length(decoding, offers, self.cost.curve(), room, least)
             lengths = [min(length, want.most) for want in wants]
         else:
-            lengths = plan_lengths(decoding, offers, self.cost.curve(), room)
-            for i, (_, most) in enumerate(offers):
-                lengths[i] += max(0, min(min(least, most) - lengths[i], room - sum(lengths)))
+            lengths = plan_lengths(decoding, offers, self.cost.curve(), room, least)
         drafts: dict[object, list[int]] = {}
         for_model: dict[int, tuple[Sequence[int], int]] = {}
         keys: dict[int, object] = {}
@@ -394,11 +410,11 @@ class Drafts:
             made = self._model.continue_greedily(for_model)
             for seq, key in keys.items():
                 drafts[key] = made.get(seq, [])
-        for want, k in zip(wants, lengths, strict=True):
+        for want, state, k in zip(wants, states, lengths, strict=True):
             if k == 0:
                 continue
             draft = drafts.get(want.key, [])
-            self._state[want.key].proposed = len(draft)
+            state.proposed = len(draft)
             if self._equal and len(draft) < k:
                 drafts[want.key] = draft + [draft[-1] if draft else want.tokens[-1]] * (k - len(draft))
         return drafts

@@ -284,6 +284,14 @@ def test_draft_min_drafts_where_the_planner_would_not(equal):
     assert made.get("b", []) == ([4, 4, 4] if equal else [])  # nothing found: padding only
 
 
+def test_draft_min_within_each_offer_and_the_room():
+    dear = linear(0.0, 1.0)  # every token costs a pass: nothing pays by itself
+    assert plan_lengths(1, [(0.9, 5), (0.9, 1), (0.9, 0)], dear, 10, least=3) == [3, 1, 0]
+    assert plan_lengths(1, [(0.9, 5), (0.9, 5)], dear, 4, least=3) == [3, 1]  # the room holds
+    assert plan_equal_length(2, [(0.9, 5), (0.9, 0)], dear, 10, least=3) == 3
+    assert plan_equal_length(2, [(0.9, 0), (0.9, 0)], dear, 10, least=3) == 0  # nothing found
+
+
 def test_an_engine_option_out_of_order_names_the_field():
     from llmflow.engines.llama_cpp import LlamaCppOptions
 
