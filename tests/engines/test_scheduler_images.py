@@ -104,6 +104,10 @@ def test_other_streams_go_on_while_an_image_is_encoded():
         got = []
         reader = threading.Thread(target=lambda: got.extend(waiting))
         reader.start()
+        # the reader thread submits the request when it first reads: wait for its image's encoding
+        deadline = time.monotonic() + 10
+        while not backend.encodings and time.monotonic() < deadline:
+            time.sleep(0.001)
         for _ in range(20):  # the running stream keeps flowing while the image waits
             next(running)
         assert not got and backend.image_passes == []
