@@ -23,6 +23,7 @@ from llmflow.engines.speculation import (
     Acceptance,
     PassCost,
     Proposer,
+    Shadow,
     Speculation,
     SpeculationCounts,
     plan_lengths,
@@ -184,7 +185,7 @@ def generate(
     drafting: _Drafting | None = None
     if speculation is not None:
         lookup = drafter(prompt) if drafter is not None else speculation.lookup(prompt)
-        drafting = _Drafting(lookup, speculation, cost if cost is not None else PassCost())
+        drafting = _Drafting(lookup, speculation, cost if cost is not None else PassCost(), drafter is None)
     feed: list[int] = steps.prefill(prompt)  # after the prefix the engine kept, and any images
     n_past = steps.n_tokens
     draft: list[int] = []
@@ -209,7 +210,7 @@ def generate(
             if constraint is not None:
                 constraint.advance(token)  # before the next position is masked
             if drafting is not None:
-                drafting.lookup.append(token)
+                drafting.take(token)
             confirmed = j < len(draft) and token == draft[j]
             yield token
             if produced >= limit or cancel.cancelled:
@@ -232,15 +233,23 @@ def generate(
 
 class _Drafting:
     """One generation's drafts in the one-at-a-time loop: its proposer, its acceptance, the
-    engine's pass cost."""
+    engine's pass cost and, when proposals cost nothing (prompt lookup), the `Shadow` of a
+    proposal the planner declined."""
 
-    __slots__ = ("lookup", "speculation", "cost", "acceptance")
+    __slots__ = ("lookup", "speculation", "cost", "acceptance", "shadow")
 
-    def __init__(self, lookup: Proposer, speculation: Speculation, cost: PassCost):
+    def __init__(self, lookup: Proposer, speculation: Speculation, cost: PassCost, free: bool):
         self.lookup = lookup
         self.speculation = speculation
         self.cost = cost
         self.acceptance = Acceptance()
+        self.shadow = Shadow() if free else None
+
+    def take(self, token: int) -> None:
+        """The generation took `token`."""
+        self.lookup.append(token)
+        if self.shadow is not None:
+            self.shadow.see(token, self.acceptance)
 
     def next(self, constraint: TokenMatcher | None, room: int, left: int) -> list[int]:
         """The next draft: as long as `plan_lengths` finds worth a pass, within the batch and
@@ -252,7 +261,17 @@ class _Drafting:
             return []
         rate = self.acceptance.rate
         k = plan_lengths(1, [(rate, most)], self.cost.curve(), most, self.speculation.draft_min)[0]
-        draft = self.lookup.propose(k) if k > 0 else []
+        shadow = self.shadow
+        if k == 0:
+            if shadow is not None and not shadow.active:
+                shadow.hold(self._allowed(constraint, self.lookup.propose(most)))
+            return []
+        if shadow is not None:
+            shadow.drop()
+        return self._allowed(constraint, self.lookup.propose(k))
+
+    @staticmethod
+    def _allowed(constraint: TokenMatcher | None, draft: list[int]) -> list[int]:
         if constraint is not None and draft:
-            draft = draft[: constraint.allowed_prefix(draft)]
+            return draft[: constraint.allowed_prefix(draft)]
         return draft

@@ -179,6 +179,42 @@ class Acceptance:
         self.rejected = self.rejected * older + rejected
 
 
+class Shadow:
+    """A prompt-lookup proposal the planner declined, held against the tokens the generation then
+    takes: each is the trial that verifying the proposal would have been (confirmed while they
+    agree, rejected at the first that differs), and counts in the generation's `Acceptance` as
+    one. Without it a generation whose prior rate does not pay would never draft, and so never
+    learn that it copies its prompt; a look-up costs nothing, so learning this way is free. Exact
+    for sampled answers too: verification confirms a draft token when the sample equals it."""
+
+    __slots__ = ("_proposal", "_seen")
+
+    def __init__(self) -> None:
+        self._proposal: Sequence[int] = ()
+        self._seen = 0
+
+    @property
+    def active(self) -> bool:
+        """Tokens of the proposal are still to be compared."""
+        return self._seen < len(self._proposal)
+
+    def hold(self, proposal: Sequence[int]) -> None:
+        """Compare `proposal` with the next tokens taken."""
+        self._proposal, self._seen = proposal, 0
+
+    def drop(self) -> None:
+        """The generation drafts again: its verified drafts are its trials."""
+        self._proposal, self._seen = (), 0
+
+    def see(self, token: int, acceptance: Acceptance) -> None:
+        """The generation took `token`."""
+        if self._seen >= len(self._proposal):
+            return
+        confirmed = token == self._proposal[self._seen]
+        acceptance.add(1, int(confirmed))
+        self._seen = self._seen + 1 if confirmed else len(self._proposal)
+
+
 class PassCost:
     """What a forward pass of `width` tokens (each with logits) costs, learned from the engine's
     own passes: per band of widths (powers of two), a moving average of the width and the
@@ -344,7 +380,8 @@ class Drafts:
     `Acceptance`, and its `PromptLookup` kept in step with its tokens, by a key of the caller's;
     the engine's `PassCost`, from which `plan_lengths` sizes each step's drafts. With a draft
     `model`, text-only generations are drafted by it, all in the same passes; generations with
-    images (which a draft model cannot read) by prompt lookup.
+    images (which a draft model cannot read) by prompt lookup. A prompt-lookup proposal the
+    planner declines is held against the tokens taken next (`Shadow`).
 
     `equal`: every draft of a step has one length (`plan_equal_length`), a shorter proposal
     padded with its last token. With a KV stream per sequence, llama.cpp computes a pass in
@@ -385,7 +422,11 @@ class Drafts:
                 continue
             if state.lookup is None:
                 state.lookup = self._speculation.lookup()
-            state.lookup.extend(want.tokens[len(state.lookup) :])
+            new = want.tokens[len(state.lookup) :]
+            if state.shadow.active:
+                for token in new:
+                    state.shadow.see(token, state.acceptance)
+            state.lookup.extend(new)
             tokens = state.lookup.propose(most)
             offered.append(tokens)
             offers.append((state.acceptance.rate, len(tokens)))
@@ -410,9 +451,12 @@ class Drafts:
             made = self._model.continue_greedily(for_model)
             for seq, key in keys.items():
                 drafts[key] = made.get(seq, [])
-        for want, state, k in zip(wants, states, lengths, strict=True):
+        for want, state, tokens, k in zip(wants, states, offered, lengths, strict=True):
             if k == 0:
+                if tokens and not state.shadow.active:
+                    state.shadow.hold(tokens)
                 continue
+            state.shadow.drop()
             draft = drafts.get(want.key, [])
             state.proposed = len(draft)
             if self._equal and len(draft) < k:
@@ -452,11 +496,12 @@ class Want:
 
 class _Drafting:
     """One generation's acceptance, the proposed tokens of its last draft (without padding) and,
-    once it drafts by prompt lookup, its n-grams."""
+    once it drafts by prompt lookup, its n-grams and the `Shadow` of a proposal declined."""
 
-    __slots__ = ("acceptance", "proposed", "lookup")
+    __slots__ = ("acceptance", "proposed", "lookup", "shadow")
 
     def __init__(self) -> None:
         self.acceptance = Acceptance()
         self.proposed = 0
         self.lookup: PromptLookup | None = None
+        self.shadow = Shadow()

@@ -18,6 +18,7 @@ from llmflow.engines.speculation import (
     Drafts,
     PassCost,
     PromptLookup,
+    Shadow,
     Speculation,
     Want,
     accepted_prefix,
@@ -110,6 +111,69 @@ def test_acceptance_rises_on_confirmed_drafts_falls_on_rejections_and_fades_back
     for _ in range(1000):  # passes without a draft: back to the prior, so drafts are tried again
         acceptance.fade()
     assert acceptance.rate == pytest.approx(prior, abs=1e-6)
+
+
+def test_a_shadow_counts_as_the_trials_its_verification_would_have_been():
+    shadowed, shadow = Acceptance(), Shadow()
+    shadow.hold([1, 2, 3, 4])
+    for token in (1, 2, 9, 4):  # two agree, then one differs: the rest is never compared
+        shadow.see(token, shadowed)
+    assert not shadow.active
+    verified = Acceptance()
+    for confirmed in (1, 1, 0):  # the same three tokens, each verified in a pass of its own
+        verified.add(1, confirmed)
+    assert (shadowed.confirmed, shadowed.rejected) == (verified.confirmed, verified.rejected)
+
+
+#: a pass of one token costs 1, each further token 0.6: a draft at the prior acceptance rate does
+#: not pay (`GAIN_MARGIN`), one at the rate of an answer that copies its prompt does
+FIXED_HEAVY = [(1, 1.0), (16, 10.0)]
+TEXT = list(range(100, 140))
+
+
+def copying(answered: int) -> list[int]:
+    """A prompt holding `TEXT`, then an answer that has copied its first `answered` tokens."""
+    return [*TEXT, 1, *TEXT[:answered]]
+
+
+def test_a_declined_proposal_is_learned_from_so_an_answer_that_copies_comes_to_draft():
+    drafts = Drafts(Speculation(draft_max=8))
+    for width, seconds in FIXED_HEAVY:
+        drafts.cost.observe(width, seconds)
+    made = drafts.propose([Want("a", 0, copying(3), 50)], decoding=1, room=40)
+    assert made == {}  # the prior alone does not pay: the proposal is held in the shadow
+    answered = 4  # one token per pass, each the proposal's next
+    while not (made := drafts.propose([Want("a", 0, copying(answered), 50)], decoding=1, room=40)):
+        answered += 1
+        assert answered < 8, "the answer copies: it should have come to draft"
+    assert made["a"] == TEXT[answered : answered + len(made["a"])]
+
+
+def test_an_answer_that_leaves_its_proposals_never_drafts():
+    drafts = Drafts(Speculation(draft_max=8))
+    for width, seconds in FIXED_HEAVY:
+        drafts.cost.observe(width, seconds)
+    tokens = copying(3)
+    for turn in range(30):  # each proposal's first token differs from the one the answer takes
+        assert drafts.propose([Want("a", 0, tokens, 50)], decoding=1, room=40) == {}
+        tokens = [*tokens, 1000 + turn, *TEXT[:3]]
+    assert drafts.propose([Want("a", 0, tokens, 50)], decoding=1, room=40) == {}
+
+
+def test_the_one_at_a_time_loop_learns_from_declined_proposals_too():
+    from llmflow.engines.llama_cpp_loop import _Drafting
+
+    cost = PassCost()
+    for width, seconds in FIXED_HEAVY:
+        cost.observe(width, seconds)
+    drafting = _Drafting(PromptLookup(copying(3)), Speculation(draft_max=8), cost, free=True)
+    assert drafting.next(None, room=64, left=64) == []  # the prior alone does not pay
+    answered = 3
+    while not (draft := drafting.next(None, room=64, left=64)):
+        drafting.take(TEXT[answered])  # the answer copies the text, one token per pass
+        answered += 1
+        assert answered < 8, "the answer copies: it should have come to draft"
+    assert draft == TEXT[answered : answered + len(draft)]
 
 
 def test_pass_cost_interpolates_what_it_saw_and_assumes_wider_passes_cheap_until_tried():
