@@ -20,12 +20,11 @@ chunk counts are in the results). Reports medians and the ratios against the iss
 this process's CPU time per chunk: for the HTTP ways, what the client itself costs (on a machine
 with few cores it takes that time from the server's llama.cpp threads).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_http.py --threads 2 --runs 21 --max-tokens 128
+    python -m benchmarks.bench_http --threads 2 --runs 21 --max-tokens 128
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -40,6 +39,9 @@ from mlflow.models import Model
 from mlflow.pyfunc import PyFuncModel
 from openai import OpenAI
 
+from benchmarks.record import Recording, alternated, paired_ratios, spread
+from benchmarks.serve_process import free_port, started
+from benchmarks.suite import parser
 from llmflow import LLM
 from llmflow.bench.openai_chunks import parse_event
 from llmflow.bench.sse import SSEParser
@@ -47,10 +49,6 @@ from llmflow.engines.llama_cpp import usable_cores
 from llmflow.mlflow import LlmflowPyfuncModel
 from llmflow.mlflow.signature import build_signature
 from llmflow.model_files import resolve_model_path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, alternated, paired_ratios, spread
-from serve_process import free_port, started
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 N_CTX = 4096
@@ -114,22 +112,22 @@ def pyfunc_model(llm: LLM) -> PyFuncModel:
     )
 
 
-def over_http(base_url: str, model: str, max_tokens: int) -> Callable[[], Sample]:
+def over_http(base_url: str, max_tokens: int) -> Callable[[], Sample]:
     client = OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=600)
     messages = [{"role": "user", "content": PROMPT}]
 
     def run() -> Sample:
         stream = client.chat.completions.create(
-            model=model, messages=messages, max_tokens=max_tokens, temperature=0.0, stream=True
+            model=MODEL_NAME, messages=messages, max_tokens=max_tokens, temperature=0.0, stream=True
         )
         return timed(c.choices[0].delta.content or "" for c in stream if c.choices)
 
     return run
 
 
-def over_http_sse(base_url: str, model: str, max_tokens: int) -> Callable[[], Sample]:
+def over_http_sse(base_url: str, max_tokens: int) -> Callable[[], Sample]:
     client = httpx.Client(base_url=base_url, timeout=600)
-    body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
             "temperature": 0.0, "stream": True}  # fmt: skip
 
     def texts() -> Iterator[str]:
@@ -181,46 +179,33 @@ def ratios(samples: dict[str, list[Sample]]) -> dict[str, dict | None]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=None, help="GGUF file; default: the embedded model")
-    parser.add_argument("--threads", type=int, default=usable_cores())
-    parser.add_argument("--runs", type=int, default=15, help="measured runs per way")
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/http.json"))
-    args = parser.parse_args()
+    p = parser(__doc__, "benchmarks/results/http.json", runs=15, max_tokens=128)  # --runs: per way
+    p.add_argument("--model", type=Path, default=None, help="GGUF file; default: the embedded model")
+    p.add_argument("--threads", type=int, default=usable_cores())
+    args = p.parse_args()
     recording = Recording.begin("http")
-
-    model = resolve_model_path(args.model)
+    model, max_tokens = resolve_model_path(args.model), args.max_tokens
     # the engine `llmflow serve` uses for a GGUF file (llama_cpp_batched), so both sides compute alike
     options = {"n_threads": args.threads, "n_ctx": N_CTX}
     llm = LLM.load(model, concurrent=True, engine_options=options)
-    max_tokens = args.max_tokens
-    ways = {
-        "in_process": in_process(llm, max_tokens),
-        # LLM.load's default engine
-        "in_process_llama_cpp": in_process(LLM.load(model, engine_options=options), max_tokens),
-        "in_process_pyfunc": in_process_pyfunc(llm, max_tokens),
-    }
+    ways = {"in_process": in_process(llm, max_tokens),
+            "in_process_llama_cpp": in_process(LLM.load(model, engine_options=options), max_tokens),
+            "in_process_pyfunc": in_process_pyfunc(llm, max_tokens)}  # fmt: skip
     with ExitStack() as stack, tempfile.TemporaryDirectory() as logs:
         for name in ("llmflow_http", "llama_cpp_server"):
             port = free_port()
             command = server_command(name, model, args.threads, port)
             url = stack.enter_context(started(name, command, port, Path(logs)))
-            ways[name] = over_http(url, MODEL_NAME, max_tokens)
+            ways[name] = over_http(url, max_tokens)
             if name == "llmflow_http":
-                ways["llmflow_http_sse"] = over_http_sse(url, MODEL_NAME, max_tokens)
+                ways["llmflow_http_sse"] = over_http_sse(url, max_tokens)
         samples = alternated(ways, args.runs)  # the warm-up: pages loaded, the prompt in each cache
 
-    config = {"model": model.name, "threads": args.threads, "runs": args.runs,
-              "max_tokens": args.max_tokens, "n_ctx": N_CTX, "prompt": PROMPT,
-              "ways": list(samples)}  # fmt: skip
-    spreads = {
-        name: {
-            key: spread(getattr(s, key) for s in values)
-            for key in ("decode_tok_s", "ttft_ms", "cpu_us_per_chunk")
-        }
-        for name, values in samples.items()
-    }
+    config = {"model": model.name, "threads": args.threads, "runs": args.runs, "max_tokens": max_tokens,
+              "n_ctx": N_CTX, "prompt": PROMPT, "ways": list(samples)}  # fmt: skip
+    figures = ("decode_tok_s", "ttft_ms", "cpu_us_per_chunk")
+    spreads = {name: {key: spread(getattr(s, key) for s in values) for key in figures}
+               for name, values in samples.items()}  # fmt: skip
     samples_ = {name: [asdict(s) for s in values] for name, values in samples.items()}
     summary = {"spread": spreads, "ratios": ratios(samples)}
     recording.write(args.out, config=config, samples=samples_, summary=summary, hide=[model])

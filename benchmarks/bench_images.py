@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import base64
 import io
-import shlex
 import statistics
 import subprocess
 import sys
@@ -32,11 +31,10 @@ from typing import Any
 
 import httpx
 
-from benchmarks.peers.build_llama_server import ensure_llama_server
-from benchmarks.peers.compare_servers import COMMANDS, Setup
-from benchmarks.record import REPO, Recording, paired_ratios, spread
-from benchmarks.serve_process import free_port, metric, started, stream_chat
-from llmflow.engines.llama_cpp import usable_cores
+from benchmarks.peers.compare_servers import Setup, add_peer_arguments, serve
+from benchmarks.record import REPO, Recording, config_of, paired_ratios, spread
+from benchmarks.serve_process import metric, model_id, stream_chat
+from benchmarks.suite import parser
 
 KINDS = ("text", "cold", "same")
 SERVERS = ("llmflow", "llama-server")
@@ -90,7 +88,7 @@ def image_chunks(url: str) -> dict[str, float]:
 
 def one_server(url: str, name: str, round_: int, args: argparse.Namespace) -> dict[str, Any]:
     """A warm-up (one text, one image request), then `args.requests` of each kind."""
-    model = httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
+    model = model_id(url)
     tag = f"{name}-{round_}"
     timed_chat(url, model, messages(f"warm-{tag}", None), args.max_tokens)
     timed_chat(url, model, messages(f"warm-image-{tag}", photo(10**6 + round_)), args.max_tokens)
@@ -106,10 +104,9 @@ def one_server(url: str, name: str, round_: int, args: argparse.Namespace) -> di
         requests["same"].append(timed_chat(url, model, messages(f"same-{tag}-{i}", image), args.max_tokens))
     result: dict[str, Any] = {"requests": requests}
     for kind in KINDS:
-        ttfts = [r["ttft_s"] for r in requests[kind] if r["ttft_s"] is not None]
-        result[f"{kind}_ttft_s"] = statistics.median(ttfts) if ttfts else None
-        prompt_ms = [r["prompt_ms"] for r in requests[kind] if r["prompt_ms"] is not None]
-        result[f"{kind}_prompt_ms"] = statistics.median(prompt_ms) if prompt_ms else None
+        for key in ("ttft_s", "prompt_ms"):
+            found = [r[key] for r in requests[kind] if r[key] is not None]
+            result[f"{kind}_{key}"] = statistics.median(found) if found else None
     if before is not None:
         after = image_chunks(url)
         result["image_chunks"] = {k: after[k] - before[k] for k in after}
@@ -153,24 +150,10 @@ def default_model(directory: Path) -> tuple[Path, Path]:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=3)
+    p = parser(__doc__, rounds=3, parallel=2, n_ctx=2048, max_tokens=4)  # --n-ctx: per sequence
     p.add_argument("--requests", type=int, default=2, help="requests of each kind per server and round")
-    p.add_argument("--threads", type=int, default=usable_cores())
-    p.add_argument("--parallel", type=int, default=2, help="sequences (slots) of each server")
-    p.add_argument("--n-ctx", type=int, default=2048, help="per sequence")
-    p.add_argument("--max-tokens", type=int, default=4)
-    p.add_argument("--model", type=Path, help=f"the text model GGUF (default: a {SHAPE}-shaped one, made)")
+    add_peer_arguments(p)  # --model: the text model (default: a SHAPE-shaped one, made)
     p.add_argument("--mmproj", type=Path, help="its projector GGUF (with --model)")
-    p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
-    p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
-    p.add_argument("--llama-server-args", default="", help="more llama-server options, e.g. '-ngl 999'")
-    p.add_argument(
-        "--engine-option", action="append", default=[], help="more llmflow engine options KEY=VALUE"
-    )
-    p.add_argument("--out", type=Path, required=True)
-    # `python -m benchmarks run` passes it to every peer benchmark; llama-server is this one's only peer
-    p.add_argument("--example-server", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     if (args.model is None) != (args.mmproj is None):
         p.error("--model and --mmproj go together")
@@ -181,28 +164,20 @@ def main() -> None:
     args = parse_args()
     recording = Recording.begin("images")
     model, mmproj = (args.model, args.mmproj) if args.model else default_model(DEFAULT_DIR)
-    logs = Path(tempfile.mkdtemp(prefix="llmflow-images-"))
-    args.llama_server = args.llama_server or ensure_llama_server(args.sdist)
-    peer_args = ("--mmproj", str(mmproj), *shlex.split(args.llama_server_args))
-    setup = Setup(model, args.threads, args.parallel, args.n_ctx, args.llama_server, None, logs, peer_args)
-    more = dict(option.split("=", 1) for option in args.engine_option)
-    commands = {"llmflow": lambda port: COMMANDS["llmflow"](setup, port, mmproj=str(mmproj), **more),
-                "llama-server": lambda port: COMMANDS["llama-server"](setup, port)}  # fmt: skip
+    setup = Setup.of(args, model, Path(tempfile.mkdtemp(prefix="llmflow-images-")), "--mmproj", str(mmproj))
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in SERVERS}
     for round_ in range(args.rounds):
-        order = SERVERS if round_ % 2 == 0 else SERVERS[::-1]
-        for name in order:
-            port = free_port()
-            with started(name, commands[name](port), port, logs) as url:
+        for name in SERVERS if round_ % 2 == 0 else SERVERS[::-1]:
+            with serve(setup, name, **({"mmproj": str(mmproj)} if name == "llmflow" else {})) as url:
                 rounds[name].append(one_server(url, name, round_, args))
             print(f"round {round_ + 1} {name} done", flush=True)
     summary = summarize(rounds)
     samples = {name: [r.pop("requests") for r in rounds[name]] for name in rounds}
-    config = {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()}  # no local paths
-    config.update(model=model.name, mmproj=mmproj.name, servers=list(SERVERS), image="512x512 PNG")
+    config = {**config_of(args), "model": model.name, "mmproj": mmproj.name, "servers": list(SERVERS),
+              "image": "512x512 PNG"}  # fmt: skip
     if not args.model:
         config["shape"] = SHAPE
-    hidden = [str(p) for p in (model, mmproj, logs, args.llama_server)]
+    hidden = [str(p) for p in (model, mmproj, setup.logs, args.llama_server)]
     recording.write(args.out, config=config, samples=samples, summary=summary, hide=hidden)
 
 

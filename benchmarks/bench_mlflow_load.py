@@ -11,12 +11,11 @@ a local directory), then times `load_model`:
 Kinds alternate; reports every run and medians with min-max. The default model should load in at
 most 1 s once its files are local.
 
-    .venv/bin/python benchmarks/bench_mlflow_load.py --runs 7 --processes 5
+    python -m benchmarks.bench_mlflow_load --runs 7 --processes 5
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -28,8 +27,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, alternated, spread
+from benchmarks.record import Recording, alternated, spread
+from benchmarks.suite import parser
 
 REGISTERED = "bench-load"
 
@@ -86,11 +85,9 @@ def time_in_process(loaders: dict[str, Callable[[], object]], runs: int) -> dict
     return alternated({name: partial(once, load) for name, load in loaders.items()}, runs)
 
 
-def time_fresh_processes(
-    uris: dict[str, str], tracking_uri: str, runs: int
-) -> dict[str, list[dict[str, float]]]:
+def time_fresh_processes(uris: dict[str, str], tracking_uri: str, runs: int) -> dict[str, list[dict]]:
     """A fresh process per load, the kinds alternated."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}  # main() turned the progress bar off
 
     def once(uri: str) -> dict[str, float]:
         started = time.perf_counter()
@@ -104,11 +101,8 @@ def time_fresh_processes(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7, help="in-process loads per kind")
-    parser.add_argument("--processes", type=int, default=5, help="fresh-process loads per kind")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/mlflow_load.json"))
-    args = parser.parse_args()
+    # --runs: in-process loads per kind; --processes: fresh-process loads per kind
+    args = parser(__doc__, "benchmarks/results/mlflow_load.json", runs=7, processes=5).parse_args()
     recording = Recording.begin("mlflow_load")
 
     import logging
@@ -121,16 +115,10 @@ def main() -> None:
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     with tempfile.TemporaryDirectory() as tmp:
         logged = log_once(Path(tmp))
-        in_process = time_in_process(
-            {
-                "local": lambda: mlflow.pyfunc.load_model(logged["local"]),
-                "registry": lambda: mlflow.pyfunc.load_model(logged["registry"]),
-                "llm_load": LLM.load,
-            },
-            args.runs,
-        )
-        kinds = {kind: logged[kind] for kind in ("local", "registry")}
-        fresh = time_fresh_processes(kinds, logged["tracking_uri"], args.processes)
+        uris = {kind: logged[kind] for kind in ("local", "registry")}
+        loaders = {kind: partial(mlflow.pyfunc.load_model, uri) for kind, uri in uris.items()}
+        in_process = time_in_process({**loaders, "llm_load": LLM.load}, args.runs)
+        fresh = time_fresh_processes(uris, logged["tracking_uri"], args.processes)
     config = {"model": "SmolLM2-135M-Instruct.Q4_1 (embedded)", "runs": args.runs,
               "processes": args.processes}  # fmt: skip
     summary = {
@@ -143,9 +131,8 @@ def main() -> None:
         },
         "targets": {"in_process_s": "<= 1"},
     }
-    recording.write(
-        args.out, config=config, samples={"in_process_s": in_process, "fresh_process": fresh}, summary=summary
-    )
+    samples = {"in_process_s": in_process, "fresh_process": fresh}
+    recording.write(args.out, config=config, samples=samples, summary=summary)
 
 
 if __name__ == "__main__":

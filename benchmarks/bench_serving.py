@@ -20,10 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, bench_figures, spread
-from serve_process import free_port, started
-
+from benchmarks.record import Recording, bench_figures, spread
+from benchmarks.serve_process import free_port, started
+from benchmarks.suite import parser
 from llmflow.bench import BenchOptions, run_bench
 from llmflow.engines.llama_cpp import usable_cores
 
@@ -40,16 +39,11 @@ def bench(args: argparse.Namespace, url: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--requests", type=int, default=48, help="per round")
-    parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=usable_cores())
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serving.json"))
-    args = parser.parse_args()
+    # --requests: per round
+    p = parser(__doc__, "benchmarks/results/serving.json", concurrency=16, requests=48, prompt_tokens=64,
+               max_tokens=64, rounds=3, seed=0)  # fmt: skip
+    p.add_argument("--threads", type=int, default=usable_cores())
+    args = p.parse_args()
     recording = Recording.begin("serving")
     port = free_port()
     command = [

@@ -30,14 +30,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from benchmarks.bench_speculation import REWRITES, rewrite_prompt
 from benchmarks.peers.build_llama_server import ensure_llama_server
-from benchmarks.peers.compare_servers import Setup, llama_server_command
-from benchmarks.record import Recording, paired_ratios, rotated, spread
-from benchmarks.serve_process import free_port, started, stream_chat
-from llmflow.engines.llama_cpp import usable_cores
+from benchmarks.peers.compare_servers import Setup, add_peer_arguments, llama_server_command
+from benchmarks.record import Recording, config_of, paired_ratios, rotated, spread
+from benchmarks.serve_process import free_port, model_id, started, stream_chat
+from benchmarks.suite import parser
 from llmflow.engines.speculation import DRAFT_MAX
 from llmflow.model_files import default_model_path
 
@@ -94,14 +92,9 @@ def one_round(table: dict[str, tuple[str, dict, str]], models: dict[str, str], r
         for i in range(len(REWRITES)):
             messages = [{"role": "user", "content": rewrite_prompt(i)}]
             answer = stream_chat(url, models[url], messages, args.max_tokens, **more)
-            answers[name].append(
-                {
-                    "rate": decode_rate(answer),
-                    "tokens": (answer["usage"] or {}).get("completion_tokens"),
-                    "ttft_s": answer["ttft_s"],
-                    "text": answer["text"],
-                }
-            )
+            tokens = (answer["usage"] or {}).get("completion_tokens")
+            answers[name].append({"rate": decode_rate(answer), "tokens": tokens, "ttft_s": answer["ttft_s"],
+                                  "text": answer["text"]})  # fmt: skip
         rate = statistics.median(a["rate"] or 0 for a in answers[name])
         print(f"round {round_ + 1} {name}: {rate:.1f} tok/s", flush=True)
     return answers
@@ -132,23 +125,12 @@ def summarize(rounds: list[dict[str, list[dict[str, Any]]]], table: dict[str, tu
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", type=Path, help="a GGUF (default: the embedded model)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--n-ctx", type=int, default=2048)
+    p = parser(__doc__, rounds=3, max_tokens=256, n_ctx=2048)
     p.add_argument("--draft-max", type=int, default=DRAFT_MAX, help="llmflow's draft tokens per pass at most")
-    p.add_argument("--threads", type=int, default=usable_cores())
     p.add_argument(
         "--spec-type", action="append", help="llama-server --spec-type (default: ngram-simple, ngram-mod)"
     )
-    p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
-    p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
-    p.add_argument("--llama-server-args", default="", help="more llama-server options, e.g. '-ngl 999'")
-    p.add_argument("--note", action="append", default=[], help="a line for the result (the machine, say)")
-    p.add_argument("--out", type=Path, required=True)
-    # `python -m benchmarks run` passes it to every peer benchmark; llama-server is this one's only peer
-    p.add_argument("--example-server", type=Path, help=argparse.SUPPRESS)
+    add_peer_arguments(p)
     args = p.parse_args()
     args.spec_type = args.spec_type or ["ngram-simple", "ngram-mod"]
     return args
@@ -157,7 +139,6 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     recording = Recording.begin("speculation_servers")
-    recording.notes.extend(args.note)
     model = args.model or default_model_path()
     args.llama_server = args.llama_server or ensure_llama_server(args.sdist)
     logs = Path(tempfile.mkdtemp(prefix="llmflow-speculation-"))
@@ -166,20 +147,16 @@ def main() -> None:
         for name, command in servers(args, model).items():
             port = free_port()
             urls[name] = stack.enter_context(started(name.replace(" ", "-"), command(port), port, logs))
-        models = {url: httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
-                  for url in urls.values()}  # fmt: skip
+        models = {url: model_id(url) for url in urls.values()}
         table = sides(urls)
-        for name in table:  # warm-up: each server's first prompt and its CUDA graphs or thread teams
-            url, more, _ = table[name]
+        for url, more, _ in table.values():  # warm-up: each server's first prompt, its CUDA graphs or threads
             stream_chat(url, models[url], [{"role": "user", "content": rewrite_prompt(0)}], 16, **more)
         rounds = [one_round(table, models, i, args) for i in range(args.rounds)]
-    summary = summarize(rounds, table)
     samples = {name: [[{k: a[k] for k in ("rate", "tokens", "ttft_s")} for a in r[name]] for r in rounds]
                for name in table}  # fmt: skip
-    config = {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()}  # no local paths
-    config.update(model=model.name, sides=list(table), rewrites=REWRITES)
+    config = {**config_of(args), "model": model.name, "sides": list(table), "rewrites": REWRITES}
     hidden = [str(p) for p in (model, logs, args.llama_server)]
-    recording.write(args.out, config=config, samples=samples, summary=summary, hide=hidden)
+    recording.write(args.out, config=config, samples=samples, summary=summarize(rounds, table), hide=hidden)
 
 
 if __name__ == "__main__":

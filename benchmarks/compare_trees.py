@@ -13,7 +13,6 @@ a spread (`{"median": ...}`) counts as its median.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.record import Recording, spread
+from benchmarks.suite import parser
 
 
 def find(document: Any, name: str) -> float | None:
@@ -47,36 +47,29 @@ def run_once(tree: Path, script: str, args: list[str], out: Path) -> dict[str, A
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", action="append", type=Path, required=True, help="twice: old, new")
-    parser.add_argument("--label", action="append", default=None, help="a name per tree (default: old, new)")
-    parser.add_argument("--script", required=True, help="the benchmark, relative to each tree")
-    parser.add_argument("--args", default="", help="the script's arguments, as one string")
-    parser.add_argument("--figure", action="append", required=True, help="a figure of its result to compare")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    p = parser(__doc__, rounds=4)
+    p.add_argument("--tree", action="append", type=Path, required=True, help="twice: old, new")
+    p.add_argument("--label", action="append", default=None, help="a name per tree (default: old, new)")
+    p.add_argument("--script", required=True, help="the benchmark, relative to each tree")
+    p.add_argument("--args", default="", help="the script's arguments, as one string")
+    p.add_argument("--figure", action="append", required=True, help="a figure of its result to compare")
+    args = p.parse_args()
     recording = Recording.begin(f"compare_trees:{Path(args.script).stem}")
-    trees = [tree.resolve() for tree in args.tree]
-    labels = args.label or ["old", "new"]
-    samples: dict[str, Any] = {label: {f: [] for f in args.figure} for label in labels}
-    commits = {label: _commit(tree) for label, tree in zip(labels, trees, strict=True)}
+    trees = dict(zip(args.label or ["old", "new"], (tree.resolve() for tree in args.tree), strict=True))
+    samples: dict[str, Any] = {label: {f: [] for f in args.figure} for label in trees}
+    commits = {label: subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True,
+                                     text=True).stdout.strip() for label, tree in trees.items()}  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
-            order = list(zip(labels, trees, strict=True))
-            for label, tree in order if round_ % 2 == 0 else order[::-1]:
+            for label, tree in list(trees.items())[:: 1 if round_ % 2 == 0 else -1]:
                 print(f"round {round_ + 1}/{args.rounds} · {label}", file=sys.stderr, flush=True)
                 result = run_once(tree, args.script, shlex.split(args.args), Path(scratch) / "result.json")
                 for figure in args.figure:
                     samples[label][figure].append(find(result, figure))
     summary = {label: {f: spread(v) for f, v in figures.items()} for label, figures in samples.items()}
     config = {"script": args.script, "args": args.args, "rounds": args.rounds, "trees": commits}
-    recording.write(args.out, config=config, samples=samples, summary=summary, hide=[str(t) for t in trees])
-
-
-def _commit(tree: Path) -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True)
-    return done.stdout.strip()
+    hide = [str(tree) for tree in trees.values()]
+    recording.write(args.out, config=config, samples=samples, summary=summary, hide=hide)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ Checked: zero 5xx other than 503-with-Retry-After, zero broken streams (every 20
 with a finish chunk, a usage chunk and `[DONE]`, and no error event). Reported: TTFT p50/p99
 (request sent to first text delta), completion tokens/s and requests/s.
 
-    python benchmarks/load_test.py --clients 32 --duration 120 --max-queue 8
+    python -m benchmarks.load_test --clients 32 --duration 120 --max-queue 8
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from functools import partial
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording
-from serve_process import (
+from benchmarks.record import Recording
+from benchmarks.serve_process import (
     ServeProcess,
     add_server_arguments,
     busy_sequences,
     clients,
-    report,
+    model_id,
+    report,  # fmt: skip
     server_args,
     wait_idle,
 )
@@ -128,8 +128,8 @@ async def _client(url: str, model: str, args: argparse.Namespace, r: LoadResult,
 
 def load(url: str, args: argparse.Namespace) -> LoadResult:
     r = LoadResult(clients=args.clients)
-    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    r.seconds = clients(args.clients, lambda deadline: _client(url, model, args, r, deadline), args.duration)
+    model = model_id(f"{url}/v1")
+    r.seconds = clients(args.clients, partial(_client, url, model, args, r), args.duration)
     r.busy_sequences_after = busy_sequences(wait_idle(url))
     if r.ttfts:
         ordered = sorted(r.ttfts)

@@ -171,6 +171,11 @@ class Recording:
         return write_split(out, json.loads(text))
 
 
+def config_of(args: Any) -> dict[str, Any]:
+    """A script's options as its result's config: every path as its file name (no local paths)."""
+    return {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+
 def split_samples(document: Any) -> tuple[Any, Any]:
     """(the document without its raw samples, the samples alone in the same nesting; None if none)."""
     if isinstance(document, list):

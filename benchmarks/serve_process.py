@@ -1,5 +1,6 @@
-"""`llmflow serve` in a child process on a free loopback port, for the reliability scripts: the
-server runs apart from the clients, so its memory (RSS) and signals are its own."""
+"""Servers in child processes on free loopback ports: `llmflow serve` for the reliability scripts
+(`ServeProcess`: the server's memory and signals are its own), any OpenAI-compatible server for the
+comparisons (`started`); and what the benchmarks ask them (`stream_chat`, `metric`, `wait_idle`)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording
+from benchmarks.record import Recording, config_of
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,8 +43,8 @@ def report(document: dict, args: argparse.Namespace, recording: Recording) -> No
     its config: the script's options but the output path)."""
     print(json.dumps(document, indent=2))
     if args.out:
-        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
-        recording.write(args.out, config=config, samples=document.pop("samples", None), summary=document)
+        samples = document.pop("samples", None)
+        recording.write(args.out, config=config_of(args), samples=samples, summary=document)
 
 
 def clients(count: int, client: Callable[[float], Awaitable[None]], duration_s: float) -> float:
@@ -56,6 +56,11 @@ def clients(count: int, client: Callable[[float], Awaitable[None]], duration_s: 
 
     asyncio.run(main())
     return round(time.monotonic() - start, 1)
+
+
+def model_id(url: str) -> str:
+    """The first model a server lists (`url`: its `/v1` base)."""
+    return httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
 
 
 def free_port() -> int:
@@ -146,18 +151,13 @@ class ServeProcess:
         self.process = subprocess.Popen(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env
         )
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited at start: {self.process.communicate()[0]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"the server on {self.url} did not start in {self.start_timeout_s} s")
+        if answers(self.process, f"{self.url}/health", self.start_timeout_s):
+            return self
+        if self.process.poll() is None:
+            self.stop()
+        else:
+            self.wait()
+        raise RuntimeError(f"the server on {self.url} did not start:\n{self.output}")
 
     def terminate(self) -> None:
         """SIGTERM: a graceful shutdown."""
@@ -187,6 +187,19 @@ class ServeProcess:
         self.stop()
 
 
+def answers(process: subprocess.Popen, url: str, timeout_s: float) -> bool:
+    """Whether `url` answers with a success within `timeout_s` (False as soon as the process exits)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(url, timeout=2, trust_env=False).is_success:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
 @contextmanager
 def started(name: str, command: list[str], port: int, logs: Path, timeout_s: float = 300) -> Iterator[str]:
     """Run a server command (any OpenAI-compatible server) until the block ends; yield its base URL
@@ -195,18 +208,9 @@ def started(name: str, command: list[str], port: int, logs: Path, timeout_s: flo
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"{name} exited with {process.returncode}:\n{log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2, trust_env=False).is_success:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{name} did not start:\n{log.read_text()[-2000:]}")
-            time.sleep(0.3)
+        if not answers(process, f"http://127.0.0.1:{port}/v1/models", timeout_s):
+            code = process.poll()
+            raise SystemExit(f"{name} did not start (exit status {code}):\n{log.read_text()[-2000:]}")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         process.terminate()

@@ -13,7 +13,7 @@ random number of text deltas. Afterwards:
 - the server's RSS grew by less than 5% over a warmed-up baseline;
 - the server still answers a normal request.
 
-    python benchmarks/soak_disconnect.py --streams 1000 --clients 8
+    python -m benchmarks.soak_disconnect --streams 1000 --clients 8
 
 The server is `llmflow serve` in a child process on a free loopback port (embedded model unless
 `--model`), on the engine `llmflow serve` picks (the batching one for a GGUF file) unless
@@ -24,26 +24,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from functools import partial
 
 import httpx
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import contextlib
-
-from record import Recording
-from serve_process import (
+from benchmarks.record import Recording
+from benchmarks.serve_process import (
     ServeProcess,
     add_server_arguments,
     busy_sequences,
     clients,
     metric,
+    model_id,  # fmt: skip
     report,
     server_args,
     wait_idle,
@@ -76,13 +75,8 @@ class SoakResult:
     @property
     def ok(self) -> bool:
         idle = self.running_after == self.waiting_after == self.busy_sequences_after == 0
-        return (
-            not self.errors
-            and idle
-            and self.rss_growth < RSS_LIMIT
-            and self.answers_after
-            and (self.tokens_after_cut_per_cut <= 2.0)
-        )
+        quiet = self.rss_growth < RSS_LIMIT and self.tokens_after_cut_per_cut <= 2.0
+        return not self.errors and idle and quiet and self.answers_after
 
 
 def long_prompt(words: int) -> str:
@@ -94,15 +88,11 @@ def long_prompt(words: int) -> str:
 async def _one_stream(
     client: httpx.AsyncClient, model: str, cut: str, args: argparse.Namespace, r: SoakResult
 ) -> None:
-    max_tokens = args.max_tokens
-    prompt = (
-        long_prompt(args.prefill_words)
-        if cut == "prefill"
-        else f"Tell a story about the number {random.randrange(1000)}."
-    )
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+    story = f"Tell a story about the number {random.randrange(1000)}."
+    prompt = long_prompt(args.prefill_words) if cut == "prefill" else story
+    body = {"model": model, "prompt": prompt, "max_tokens": args.max_tokens, "stream": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
-    cut_after = random.randint(1, max_tokens - 1)
+    cut_after = random.randint(1, args.max_tokens - 1)
     received = 0
 
     async def read() -> None:
@@ -173,23 +163,18 @@ def _normal_answer(url: str, model: str, max_tokens: int = 8) -> bool:
 
 def soak(url: str, pid: int, args: argparse.Namespace) -> SoakResult:
     r = SoakResult()
-    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    model = model_id(f"{url}/v1")
     for _ in range(args.warmup):  # warm the allocator and caches before the baseline
         _normal_answer(url, model, args.max_tokens)
-        httpx.post(
-            f"{url}/v1/completions",
-            json={"model": model, "prompt": long_prompt(args.prefill_words), "max_tokens": 4},
-            timeout=120,
-        )
+        body = {"model": model, "prompt": long_prompt(args.prefill_words), "max_tokens": 4}
+        httpx.post(f"{url}/v1/completions", json=body, timeout=120)
     before = wait_idle(url)
     r.rss_before_mb = _rss_mb(pid)
     cuts: asyncio.Queue[str] = asyncio.Queue()
     weights = [args.prefill_share, (1 - args.prefill_share) / 3, 2 * (1 - args.prefill_share) / 3]
     for cut in random.choices(CUTS, weights=weights, k=args.streams):
         cuts.put_nowait(cut)
-    r.seconds = clients(
-        args.clients, lambda until: _client(url, model, cuts, args, r, until), args.time_limit
-    )
+    r.seconds = clients(args.clients, partial(_client, url, model, cuts, args, r), args.time_limit)
     after = wait_idle(url)
     r.running_after = metric(after, "llmflow_num_requests_running")
     r.waiting_after = metric(after, "llmflow_num_requests_waiting")

@@ -69,6 +69,12 @@ def at_once(count: int, run: Callable[[int], Any]) -> tuple[float, list[Any]]:
     return time.perf_counter() - start, results
 
 
+def ttft_and_rate(results: dict[str, list[tuple[float, float, int]]]) -> tuple[dict, dict]:
+    """Each side's TTFT in ms and decode tokens/s, run by run, from its `time_stream` results."""
+    ttft = {name: [r[0] * 1000 for r in runs] for name, runs in results.items()}
+    return ttft, {name: [r[1] for r in runs] for name, runs in results.items()}
+
+
 def stream_record(
     llm: Any, args: Any, prompt: str, results: dict[str, list[tuple[float, float, int]]]
 ) -> tuple[dict[str, Any], dict[str, Any]]:

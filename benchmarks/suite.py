@@ -6,10 +6,22 @@ rounds, short answers) into `benchmarks/results/quick/`, so that it never replac
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def parser(doc: str, out: str | None = None, **numbers: int) -> argparse.ArgumentParser:
+    """A benchmark script's command line: its docstring's first line as the description, an integer
+    option for each of `numbers` (`max_tokens=128`: `--max-tokens`, 128 by default), and `--out`,
+    required unless `out` gives its default."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    for name, default in numbers.items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
+    p.add_argument("--out", type=Path, default=out and Path(out), required=out is None)
+    return p
 
 
 @dataclass(frozen=True)
