@@ -1,7 +1,6 @@
-"""Multi-turn sessions against the peers, and the conversation cache's tiers (issue: a
-conversation cache across requests).
+"""Multi-turn sessions against the peers, and the conversation cache's tiers.
 
-Four measurements on the same GGUF, threads and sequences, servers alternated within each round:
+On the same GGUF, threads and sequences, servers alternated within each round:
 - `sessions`: a long system prompt and several turns, each answer appended to the next request
   (a chat app, an agent): TTFT of turn 1 and the median TTFT of the later turns, every server;
 - `short`: one short request alone (a few dozen prompt tokens, a question of its own each
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from benchmarks.peers.compare_servers import Setup, add_peer_arguments, serve
 from benchmarks.record import Recording, config_of, paired_ratios, spread
@@ -88,17 +88,10 @@ def concurrent_streams(url: str, seed: int, args: argparse.Namespace) -> dict[st
 def rss_bytes(url: str) -> int | None:
     """The resident memory of the process serving `url` (found by the port on its command line)."""
     port = url.removesuffix("/v1").rsplit(":", 1)[1]
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().split(b"\0")
-            if b"--port" in command and command[command.index(b"--port") + 1] == port.encode():
-                for line in (entry / "status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, IndexError, ValueError):
-            continue
+    for process in psutil.process_iter(["cmdline", "memory_info"]):
+        command = process.info["cmdline"] or []
+        if "--port" in command[:-1] and command[command.index("--port") + 1] == port:
+            return process.info["memory_info"].rss
     return None
 
 

@@ -23,17 +23,15 @@ from functools import partial
 
 import httpx
 
-from benchmarks.record import Recording
 from benchmarks.serve_process import (
-    ServeProcess,
     add_server_arguments,
     busy_sequences,
     clients,
+    measure_served,
     model_id,
-    report,  # fmt: skip
-    server_args,
     wait_idle,
 )
+from benchmarks.suite import parser
 
 
 @dataclass
@@ -59,6 +57,11 @@ class LoadResult:
     def ok(self) -> bool:
         clean = self.server_errors == self.broken_streams == self.refused_without_retry_after == 0
         return clean and self.ok_streams > 0 and self.busy_sequences_after == 0
+
+    def document(self) -> dict:
+        """The result without its TTFTs (they go to the samples) and with 20 problems at most."""
+        document = {k: v for k, v in asdict(self).items() if k != "ttfts"}
+        return {**document, "problems": self.problems[:20], "samples": {"ttft_s": self.ttfts}, "ok": self.ok}
 
 
 PROMPTS = ("Say hello.", "Name three colours.", "What is 2 + 2?", "Write a haiku.", "Count to five.")
@@ -140,28 +143,13 @@ def load(url: str, args: argparse.Namespace) -> LoadResult:
     return r
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--clients", type=int, default=32)
+def main(argv: list[str] | None = None) -> LoadResult:
+    p = parser(__doc__, "", clients=32, max_queue=8, max_tokens=32, seed=0)  # --max-queue: the server's bound
     p.add_argument("--duration", type=float, default=120, help="seconds during which clients send requests")
-    p.add_argument("--max-queue", type=int, default=8, help="the server queue bound")
-    p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--request-timeout", type=float, default=120)
     add_server_arguments(p)
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> LoadResult:
-    args = parse_args(argv)
-    recording = Recording.begin("load")
-    random.seed(args.seed)
-    with ServeProcess(server_args(args, args.max_queue)) as server:
-        result = load(server.url, args)
-    document = {k: v for k, v in asdict(result).items() if k != "ttfts"}
-    document["problems"] = document["problems"][:20]
-    document["samples"] = {"ttft_s": result.ttfts}
-    report({**document, "ok": result.ok}, args, recording)
-    return result
+    args = p.parse_args(argv)
+    return measure_served("load", args, args.max_queue, lambda server: load(server.url, args))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ elsewhere, such as a GPU run's).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -52,25 +53,27 @@ def load_average() -> float | None:
 NOT_MEASURED = ("benchmarks/results", "*.md")
 
 
+def output(*command: str, timeout: float | None = None) -> str | None:
+    """What a command run in the repository prints, or None where it cannot run or fails."""
+    try:
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
 def git_commit() -> dict[str, Any]:
     """The commit measured and whether the tree had changes on top of it that can change a
     measurement: result files and the documents rendered from them do not count (a run of
     several benchmarks writes them as it goes)."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    changes = git("status", "--porcelain", "-uno", "--", ".", *(f":(exclude){p}" for p in NOT_MEASURED))
-    return {"sha": git("rev-parse", "HEAD") or None, "dirty": bool(changes)}
+    excluded = [f":(exclude){path}" for path in NOT_MEASURED]
+    changes = output("git", "status", "--porcelain", "-uno", "--", ".", *excluded)
+    return {"sha": output("git", "rev-parse", "HEAD"), "dirty": bool(changes)}
 
 
 def cpu_model() -> str:
     """`lscpu`'s model name (platform.processor() is empty on most Linux machines)."""
-    try:
-        lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines()
-    except OSError:
-        lines = []
+    lines = (output("lscpu") or "").splitlines()
     names = [line.partition(":")[2].strip() for line in lines if line.strip().startswith("Model name:")]
     return names[0] if names else platform.processor() or platform.machine()
 
@@ -87,22 +90,15 @@ def llama_cpp_system_info() -> str | None:
 def package_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in PACKAGES:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return versions
 
 
 def gpu_names() -> str | None:
     """The NVIDIA GPUs' names, comma-separated, or None without `nvidia-smi` (a CPU machine)."""
-    try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    return ", ".join(names) if done.returncode == 0 and names else None
+    names = output("nvidia-smi", "--query-gpu=name", "--format=csv,noheader", timeout=30) or ""
+    return ", ".join(line.strip() for line in names.splitlines() if line.strip()) or None
 
 
 def machine() -> dict[str, Any]:

@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -25,26 +26,26 @@ from benchmarks.record import Recording, config_of
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options the reliability scripts share: what to serve, the seed, where to write."""
+    """What the reliability scripts serve."""
     parser.add_argument("--model", default=None, help="MODEL for llmflow serve (default: the embedded model)")
     parser.add_argument("--engine", default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
 
 
-def server_args(args: argparse.Namespace, max_queue: int) -> list[str]:
-    """`llmflow serve` arguments for the options of `add_server_arguments`."""
-    model, engine = [args.model] if args.model else [], ["--engine", args.engine] if args.engine else []
-    return ["--max-queue", str(max_queue), *model, *engine]
-
-
-def report(document: dict, args: argparse.Namespace, recording: Recording) -> None:
-    """Print a script's result as JSON, and write it to `--out` too (with the machine and commit;
-    its config: the script's options but the output path)."""
+def measure_served(name: str, args: argparse.Namespace, max_queue: int, measure: Callable[..., Any]) -> Any:
+    """`measure(server)` against `llmflow serve` in a child process (`add_server_arguments`, a queue
+    of `max_queue`), `random` seeded with `--seed` first. The result's `document()` is printed as
+    JSON, and written to `--out` where given (with the machine and commit)."""
+    recording = Recording.begin(name)
+    random.seed(args.seed)
+    served = [*([args.model] if args.model else []), *(["--engine", args.engine] if args.engine else [])]
+    with ServeProcess(["--max-queue", str(max_queue), *served]) as server:
+        result = measure(server)
+    document = result.document()
     print(json.dumps(document, indent=2))
     if args.out:
         samples = document.pop("samples", None)
         recording.write(args.out, config=config_of(args), samples=samples, summary=document)
+    return result
 
 
 def clients(count: int, client: Callable[[float], Awaitable[None]], duration_s: float) -> float:

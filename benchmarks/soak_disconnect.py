@@ -35,18 +35,16 @@ from functools import partial
 import httpx
 import psutil
 
-from benchmarks.record import Recording
 from benchmarks.serve_process import (
-    ServeProcess,
     add_server_arguments,
     busy_sequences,
     clients,
+    measure_served,
     metric,
-    model_id,  # fmt: skip
-    report,
-    server_args,
+    model_id,
     wait_idle,
 )
+from benchmarks.suite import parser
 
 CUTS = ("prefill", "before_first_token", "mid_stream")
 RSS_LIMIT = 0.05
@@ -77,6 +75,9 @@ class SoakResult:
         idle = self.running_after == self.waiting_after == self.busy_sequences_after == 0
         quiet = self.rss_growth < RSS_LIMIT and self.tokens_after_cut_per_cut <= 2.0
         return not self.errors and idle and quiet and self.answers_after
+
+    def document(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
 
 
 def long_prompt(words: int) -> str:
@@ -188,27 +189,14 @@ def soak(url: str, pid: int, args: argparse.Namespace) -> SoakResult:
     return r
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--streams", type=int, default=1000)
-    p.add_argument("--clients", type=int, default=8)
-    p.add_argument("--max-tokens", type=int, default=48)
-    p.add_argument("--prefill-words", type=int, default=600, help="words in the long prompt of prefill cuts")
+def main(argv: list[str] | None = None) -> SoakResult:
+    # --prefill-words: the long prompt of prefill cuts
+    p = parser(__doc__, "", streams=1000, clients=8, max_tokens=48, prefill_words=600, warmup=5, seed=0)
     p.add_argument("--prefill-share", type=float, default=0.2, help="share of streams cut during prefill")
     p.add_argument("--time-limit", type=float, default=900, help="no new stream starts after this (s)")
-    p.add_argument("--warmup", type=int, default=5)
     add_server_arguments(p)
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> SoakResult:
-    args = parse_args(argv)
-    recording = Recording.begin("soak")
-    random.seed(args.seed)
-    with ServeProcess(server_args(args, args.clients * 2)) as server:
-        result = soak(server.url, server.pid, args)
-    report({**asdict(result), "ok": result.ok}, args, recording)
-    return result
+    args = p.parse_args(argv)
+    return measure_served("soak", args, args.clients * 2, lambda server: soak(server.url, server.pid, args))
 
 
 if __name__ == "__main__":

@@ -14,13 +14,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def parser(doc: str, out: str | None = None, **numbers: int) -> argparse.ArgumentParser:
-    """A benchmark script's command line: its docstring's first line as the description, an integer
-    option for each of `numbers` (`max_tokens=128`: `--max-tokens`, 128 by default), and `--out`,
-    required unless `out` gives its default."""
-    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    """A benchmark script's command line: its docstring's first paragraph as the description, an
+    integer option for each of `numbers` (`max_tokens=128`: `--max-tokens`, 128 by default), and
+    `--out`: required where `out` is None, else its default ("": none, the result is only printed)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     for name, default in numbers.items():
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
-    p.add_argument("--out", type=Path, default=out and Path(out), required=out is None)
+    p.add_argument("--out", type=Path, default=Path(out) if out else None, required=out is None)
     return p
 
 

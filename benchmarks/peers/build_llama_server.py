@@ -43,30 +43,21 @@ def pinned_version(pyproject: Path = PYPROJECT) -> str:
 
 def download_sdist(version: str, cache: Path) -> Path:
     """`pip download` the source distribution (the registry's ordinary client) into the cache."""
-    target = cache / "sdist"
-    target.mkdir(parents=True, exist_ok=True)
-    found = sorted(target.glob(f"llama_cpp_python-{version}.tar.gz"))
-    if not found:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-             f"llama-cpp-python=={version}", "-d", str(target)],
-            check=True,
-        )  # fmt: skip
-        found = sorted(target.glob(f"llama_cpp_python-{version}.tar.gz"))
-    if not found:
-        raise SystemExit(f"pip download gave no llama_cpp_python-{version}.tar.gz in {target}")
-    return found[0]
+    sdist = cache / "sdist" / f"llama_cpp_python-{version}.tar.gz"
+    if not sdist.is_file():
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        f"llama-cpp-python=={version}", "-d", str(sdist.parent)], check=True)  # fmt: skip
+    if not sdist.is_file():
+        raise SystemExit(f"pip download gave no {sdist.name} in {sdist.parent}")
+    return sdist
 
 
 def llama_cpp_source(sdist: Path, cache: Path) -> Path:
     """Unpack the sdist once; its `vendor/llama.cpp` is the source to build."""
-    name = sdist.name.removesuffix(".tar.gz")
-    root = cache / "src" / name
-    source = root / "vendor" / "llama.cpp"
+    source = cache / "src" / sdist.name.removesuffix(".tar.gz") / "vendor" / "llama.cpp"
     if not source.is_dir():
-        root.parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(sdist) as archive:
-            archive.extractall(root.parent, filter="data")
+            archive.extractall(cache / "src", filter="data")
     if not source.is_dir():
         raise SystemExit(f"{sdist} holds no vendor/llama.cpp")
     return source
@@ -104,8 +95,7 @@ def build(source: Path, build_dir: Path, jobs: int) -> Path:
 
 def ensure_llama_server(sdist: Path | None, cache: Path = DEFAULT_CACHE, jobs: int | None = None) -> Path:
     """Return the cached `llama-server`, building it first if the cache has none for this sdist."""
-    version = pinned_version()
-    sdist = sdist or download_sdist(version, cache)
+    sdist = sdist or download_sdist(pinned_version(), cache)
     build_dir = cache / "build" / sdist.name.removesuffix(".tar.gz")
     binary = build_dir / "bin" / "llama-server"
     stamp = build_dir / "llmflow-stamp.json"

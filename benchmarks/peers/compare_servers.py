@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers.build_llama_server import ensure_llama_server
-from benchmarks.record import Recording, rotated, spread
+from benchmarks.record import Recording, config_of, rotated, spread
 from benchmarks.serve_process import free_port, started
 from benchmarks.suite import parser
 from llmflow.bench import BenchOptions, run_bench
@@ -233,10 +233,8 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def build_of(binary: Path | None) -> dict[str, Any] | None:
+def build_of(binary: Path) -> dict[str, Any] | None:
     """How the llama-server binary was built (the stamp `build_llama_server` leaves beside it)."""
-    if binary is None:
-        return None
     stamp = binary.parent.parent / "llmflow-stamp.json"
     return json.loads(stamp.read_text()) if stamp.is_file() else None
 
@@ -259,12 +257,8 @@ def main() -> None:
                 for name in rotated(names, r + i):
                     print(f"round {r + 1}/{args.rounds} · {workload.key} · {name}", file=sys.stderr)
                     samples[workload.key][name].append(run_one(urls[name], workload.for_round(r, logs)))
-    config = {"model": model.name, "threads": args.threads, "parallel": args.parallel,
-              "n_ctx_per_sequence": args.n_ctx, "servers": names, "llama_server_args": args.llama_server_args,
-              "llama_server_build": build_of(args.llama_server), "workloads": [w.key for w in plan],
-              "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
-              "prefix_words": args.prefix_words, "rounds": args.rounds, "requests": args.requests,
-              "waves": args.waves, "rate_requests": args.rate_requests, "seed": args.seed,
+    config = {**config_of(args), "model": model.name, "servers": names, "workloads": [w.key for w in plan],
+              "llama_server_build": build_of(args.llama_server),
               "seeds": "the seed plus the round's index: new prompts in every round"}  # fmt: skip
     recording.write(args.out, config=config, samples=samples, summary=summarize(samples), hide=[model, logs])
 
