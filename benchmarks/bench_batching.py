@@ -1,14 +1,9 @@
 """Continuous batching on llama.cpp, per weight type: 8 streams against 1 on the batching engine.
 
-For the embedded model (SmolLM2-135M Q4_1) and its Q4_0 and Q8_0 requantizations (made once with
-llama.cpp's `llama_model_quantize` into a cache directory; requantized from Q4_1, so they keep its
-precision, but they run llama.cpp's Q4_0 / Q8_0 kernels, which llama.cpp repacks for AVX2/AVX512),
-each round measures, for every weight type in an order that rotates from round to round, the
-batching engine in process (`LLM.stream`, `llmflow bench`'s closed loop) at each level of
-`--concurrency` (the order of the levels alternates too): aggregate output tokens/s, TTFT, ITL.
-The summary gives medians with min-max, and the ratio of 8 streams over 1 round by round.
-
-    python -m benchmarks.bench_batching --threads 2 --rounds 5
+The embedded model (Q4_1) and its Q4_0 and Q8_0 requantizations (made once with llama.cpp's own
+quantizer: Q4_1's precision, but llama.cpp's Q4_0 / Q8_0 kernels, which it repacks for AVX2/AVX512),
+each at every `--concurrency` in process (`llmflow bench`'s closed loop); weight types and levels
+alternate from round to round, and the 8-over-1 ratio is taken round by round.
 """
 
 from __future__ import annotations

@@ -2,14 +2,9 @@
 unconstrained, on `llama_cpp` (one stream) and `llama_cpp_batched` (8 streams at once), beside
 llama.cpp's own GBNF grammar sampler on the same model; and schema compile time, cold and cached.
 
-The schema asks for an array of at least 50 short strings, so a constrained answer does not end
-before `max_tokens`; both engines load with `ignore_eos`, so an unconstrained one does not either,
-and every side decodes the same positions. The one-stream sides run greedy and, again, sampled at
-temperature 0.8: a greedy step checks the top token against the constraint and computes the whole
-mask only when it is refused, a sampled step always computes the mask. Rounds alternate the
-sides in a rotating order; decode tokens/s is counted from the first token to the last.
-
-    python -m benchmarks.bench_constraints --rounds 5 --max-tokens 128
+The schema wants at least 50 strings and both engines ignore EOS, so every side decodes the same
+positions. One stream runs greedy and again sampled: a greedy step computes the whole mask only
+when the top token is refused, a sampled step always does. Sides alternate in a rotating order.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """llmflow's in-process stream against raw llama-cpp-python on the same model object.
 
-Same GGUF, same prompt, greedy, the same thread count, both in this thread; runs alternate and
-start with an empty KV cache, so both pay the same prompt processing. Reports every run, medians with
-min-max, and the ratios round by round.
-
-    python -m benchmarks.bench_engine --runs 7 --max-tokens 256
+Same GGUF, prompt and threads, greedy, both in this thread; runs alternate and start from an
+empty KV cache, so both pay the same prompt processing; ratios are taken round by round.
 """
 
 from __future__ import annotations

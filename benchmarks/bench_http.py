@@ -1,26 +1,14 @@
 """One stream over HTTP against the same stream in process: what `llmflow serve` costs per token.
 
-Six ways to stream the same greedy answer from the same GGUF with the same thread count:
-
-- `in_process`: `LLM.stream` in this process (no server), on the engine the server uses
-  (`llama_cpp_batched`);
-- `in_process_llama_cpp`: the same on the one-at-a-time `llama_cpp` engine, `LLM.load`'s default;
-- `in_process_pyfunc`: `predict_stream` of the same LLM as an MLflow pyfunc model, in this process;
-- `llmflow_http`: `llmflow serve` in a subprocess, read with the official `openai` client;
-- `llmflow_http_sse`: the same server read with a lean client (httpx and `llmflow bench`'s SSE
-  parser: one `json.loads` per event, no pydantic),
-  which tells the server's cost from the `openai` client's on a machine they share;
-- `llama_cpp_server`: `python -m llama_cpp.server` in a subprocess (the `compare` extra), same client.
-
-Runs alternate between the ways (the starting one rotates each round), after one warm-up run each;
-every run repeats the same prompt, so each server reuses its cached prompt prefix as it would for a
-chat. Time to first token is from the call to the first text; decode speed counts the text chunks
-after the first over the time after the first (one chunk per token for this English answer; the
-chunk counts are in the results). Reports medians and the ratios against the issue's targets, and
-this process's CPU time per chunk: for the HTTP ways, what the client itself costs (on a machine
-with few cores it takes that time from the server's llama.cpp threads).
-
-    python -m benchmarks.bench_http --threads 2 --runs 21 --max-tokens 128
+The same greedy answer from the same GGUF and threads, six ways: `in_process` (`LLM.stream` on
+`llama_cpp_batched`, the server's engine), `in_process_llama_cpp` (`LLM.load`'s default engine),
+`in_process_pyfunc` (the LLM as an MLflow pyfunc model), `llmflow_http` (`llmflow serve`, read with
+the `openai` client), `llmflow_http_sse` (the same server read with `llmflow bench`'s lean SSE
+parser: the server's cost apart from the client's) and `llama_cpp_server` (`python -m
+llama_cpp.server`). Ways alternate, the first rotating, after a warm-up each; the prompt repeats,
+so every server reuses its cached prefix as in a chat. Decode speed counts the text chunks after
+the first (one a token here) over the time after the first. This process's CPU time per chunk is,
+for the HTTP ways, what the client costs: on few cores it takes that time from the server.
 """
 
 from __future__ import annotations
@@ -40,7 +28,7 @@ from mlflow.pyfunc import PyFuncModel
 from openai import OpenAI
 
 from benchmarks.record import Recording, alternated, paired_ratios, spread
-from benchmarks.serve_process import free_port, started
+from benchmarks.serve_process import free_port, llmflow_serve, started
 from benchmarks.suite import parser
 from llmflow import LLM
 from llmflow.bench.openai_chunks import parse_event
@@ -145,11 +133,7 @@ def over_http_sse(base_url: str, max_tokens: int) -> Callable[[], Sample]:
 # -- servers --------------------------------------------------------------------------------------
 def server_command(name: str, model: Path, threads: int, port: int) -> list[str]:
     if name == "llmflow_http":
-        return [
-            sys.executable, "-m", "llmflow", "serve", str(model), "--port", str(port),
-            "--model-name", MODEL_NAME, "--engine-option", f"n_threads={threads}",
-            "--engine-option", f"n_ctx={N_CTX}", "--log-level", "warning",
-        ]  # fmt: skip
+        return llmflow_serve(port, "--model-name", MODEL_NAME, model=model, n_threads=threads, n_ctx=N_CTX)
     return [
         sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", MODEL_NAME,
         "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),

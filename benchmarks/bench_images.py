@@ -1,20 +1,11 @@
 """Images in a chat: what encoding one costs, and what llmflow's encoded-image cache saves, against
-llama.cpp's `llama-server --mmproj` on the same GGUF pair and threads (issue: images in chat).
+llama.cpp's `llama-server --mmproj` on the same GGUF pair and threads.
 
-Three kinds of streamed chat request, each in a conversation of its own (a system prompt no
-earlier request began with, so no server answers it from a prompt cache):
-- `text`: a question alone;
-- `cold`: a question about an image no server has seen (a new photo-like PNG each request, sent
-  as a data URI): the image is encoded (vision tower and projector), then the prompt prefilled;
-- `same`: one of the `cold` images sent again in a new conversation. llmflow takes the image's
-  embeddings from its encoded-image cache (its `/metrics` count the reuse); llama-server matches a
-  prompt's cached prefix only, so a new conversation encodes the image again.
-
-TTFT (first content) per kind; llama-server's final chunk's `timings.prompt_ms` too. The image's
-cost: cold TTFT less text TTFT; what reuse saves: cold less same. Servers alternated in each round,
-the first rotating; median (min-max) over rounds of each round's median.
-
-    python -m benchmarks.bench_images --out benchmarks/results/images.json [--llama-server PATH]
+Each request a conversation of its own (no prompt cache answers it): `text`, a question alone;
+`cold`, a question about a new photo-like PNG; `same`, one of the cold images again. llmflow takes
+a known image's embeddings from its cache; llama-server only matches a cached prompt prefix, so it
+encodes the image again. The image's cost: cold TTFT less text TTFT; what reuse saves: cold less
+same. Servers alternate, the first rotating; median (min-max) over rounds of each round's median.
 """
 
 from __future__ import annotations

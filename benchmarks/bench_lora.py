@@ -1,14 +1,10 @@
 """What do LoRA adapters cost the batching engine when requests with different adapters run
-together? llama.cpp applies adapters to a whole forward pass, so a step computes the requests of
-one adapter and the adapters take turns (`engines/scheduler.py`): with two adapters among the
-running requests, each request gets a token every other step.
+together? llama.cpp applies an adapter to a whole forward pass, so adapters take turns
+(`engines/scheduler.py`): with two among the running requests, each gets a token every other step.
 
-The embedded model on `llama_cpp_batched` with two random adapters (`scripts/make_lora.py`),
-`--streams` concurrent greedy generations of `--max-tokens` tokens each, in three modes per round,
-the order rotating: `base` (no adapter), `one` (all with adapter a), `two` (half a, half b).
-Reports total output tokens/s per mode and the paired ratios two/one and one/base.
-
-    python -m benchmarks.bench_lora --rounds 3 --streams 4 --max-tokens 64
+`--streams` greedy generations at once on `llama_cpp_batched` with two random adapters
+(`scripts/make_lora.py`), per round in three modes, rotating: `base` (no adapter), `one` (all on
+a), `two` (half a, half b); output tokens/s, and the ratios two/one and one/base round by round.
 """
 
 from __future__ import annotations

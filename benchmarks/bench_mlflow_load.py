@@ -1,17 +1,9 @@
 """Load time of a logged llmflow model through `mlflow.pyfunc.load_model`.
 
-Logs the embedded model once (to a sqlite tracking store in a temporary directory, and saved to
-a local directory), then times `load_model`:
-
-- in this process, from the local directory ("files local") and from the registry
-  (`models:/name@alias`, which copies the artifacts out of the store first), after one warm-up;
-- in fresh processes (`--processes`), where imports are timed apart from the load itself;
-- `LLM.load` on the same GGUF file, the engine's share of the load.
-
-Kinds alternate; reports every run and medians with min-max. The default model should load in at
-most 1 s once its files are local.
-
-    python -m benchmarks.bench_mlflow_load --runs 7 --processes 5
+The embedded model logged once to a sqlite tracking store (and saved to a directory), then loaded
+in this process from the directory and from the registry (`models:/name@alias` copies the
+artifacts first), in fresh processes (imports timed apart), and with `LLM.load` (the engine's
+share); kinds alternate. The default model should load in at most 1 s once its files are local.
 """
 
 from __future__ import annotations

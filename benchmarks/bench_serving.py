@@ -1,27 +1,23 @@
 """`llmflow serve` under many concurrent streams on the CPU: output tok/s and the tails of
 inter-token latency and time to first token, over HTTP as clients see them.
 
-Each round starts nothing new: one server (the batching engine, `--concurrency` sequences, in a
-child process) answers `llmflow bench`'s greedy workload (`--requests` random-word prompts of
-`--prompt-tokens`, `--max-tokens` answers, `--concurrency` at once) once per round; medians with
-min-max over the rounds. Its use is a change's before and after, on two trees alternated in one
-run by `benchmarks.compare_trees`:
+One server (batching engine, `--concurrency` sequences) answers `llmflow bench`'s greedy workload
+once per round. Its use is a change's before and after, both trees alternated in one run:
 
-    python -m benchmarks.compare_trees --tree OLD_CHECKOUT --tree . --rounds 5 \
-        --script benchmarks/bench_serving.py --args "--rounds 1" \
+    python -m benchmarks.compare_trees --tree OLD_CHECKOUT --tree . --rounds 5 \\
+        --script benchmarks/bench_serving.py --args "--rounds 1" \\
         --figure output_tok_s --figure itl_p99_s --out benchmarks/results/serving_before_after.json
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from benchmarks.record import Recording, bench_figures, spread
-from benchmarks.serve_process import free_port, started
+from benchmarks.serve_process import free_port, llmflow_serve, started
 from benchmarks.suite import parser
 from llmflow.bench import BenchOptions, run_bench
 from llmflow.engines.llama_cpp import usable_cores
@@ -46,11 +42,8 @@ def main() -> None:
     args = p.parse_args()
     recording = Recording.begin("serving")
     port = free_port()
-    command = [
-        sys.executable, "-m", "llmflow", "serve", "--engine", "llama_cpp_batched", "--port", str(port),
-        "--host", "127.0.0.1", "--max-queue", "4096", "--log-level", "warning",
-        "--parallel", str(args.concurrency), "--threads", str(args.threads),
-    ]  # fmt: skip
+    command = llmflow_serve(port, "--engine", "llama_cpp_batched", "--max-queue", "4096",
+                            "--parallel", str(args.concurrency), "--threads", str(args.threads))  # fmt: skip
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as logs, started("llmflow", command, port, Path(logs)) as url:
         for r in range(args.rounds):

@@ -1,16 +1,11 @@
 """Multi-turn sessions against the peers, and the conversation cache's tiers.
 
-On the same GGUF, threads and sequences, servers alternated within each round:
-- `sessions`: a long system prompt and several turns, each answer appended to the next request
-  (a chat app, an agent): TTFT of turn 1 and the median TTFT of the later turns, every server;
-- `short`: one short request alone (a few dozen prompt tokens, a question of its own each
-  time): TTFT, every server;
-- `streams`: that many concurrent streams: output tokens per second, every server;
-- `revisits` (llmflow): more sessions than sequences, visited round robin with the host tier on:
-  the share of each revisit's prompt reused (`cached_tokens`) and its TTFT against the session's
-  cold first turn; the server's RSS growth against the tier's budget;
-- `restart` (llmflow): a session's first turn, the server restarted on the same
-  `--prompt-cache-dir`, the next turn: its TTFT against the cold first turn.
+On the same GGUF, threads and sequences, servers alternated within each round: `sessions` (a
+long system prompt and several turns, each answer appended: TTFT of turn 1 and of the later
+turns), `short` (a short request alone: TTFT), `streams` (concurrent streams: chunks/s); for
+llmflow only, `revisits` (more sessions than sequences, round robin, with the host tier: the share
+of a revisit's prompt reused, its TTFT against the cold turn, RSS against the budget) and
+`restart` (the next turn after a restart on the same `--prompt-cache-dir`).
 
     python -m benchmarks.bench_sessions --llama-server PATH --example-server PATH/server.py --out F
 """

@@ -2,20 +2,13 @@
 the same GGUF: single-stream decode tokens/s with it on and off, greedy, on the "rewrite this text
 changing one word" requests of `bench_speculation` (answers that copy most of a ~600-token prompt).
 
-Servers, all kept up for the run, one request at a time among them:
-- `llmflow serve MODEL --engine llama_cpp` with `speculative=true`: side `llmflow on`; the same
-  server with the request's `"speculative": false`: side `llmflow off`;
-- `llama-server` without speculation (`llama-server off`) and with each `--spec-type` given
-  (`llama-server ngram-simple`, ...), each its own process (llama-server reads its speculation
-  from the command line only) with that type's own draft lengths.
+Sides: `llmflow on` and `llmflow off` (one server, the request's `speculative` flag), `llama-server
+off` and one `llama-server TYPE` per `--spec-type` (its own process: llama-server reads speculation
+from its command line only). Each round sends every prompt to every side, the order rotating; a
+side's round is the median over its prompts, and its answers are compared with its own server's
+without speculation.
 
-A request's decode tokens/s: its completion tokens less one over the time from its first content
-to its last. Each round sends every rewrite prompt to every side, the sides in an order that
-rotates from round to round; a side's figure for a round is the median over its prompts. Every
-side's answers are compared with its own server's answers without speculation.
-
-    python -m benchmarks.bench_speculation_servers --out benchmarks/results/speculation_servers.json \\
-        [--model M.gguf] [--llama-server PATH] [--llama-server-args '-ngl 999']
+    python -m benchmarks.bench_speculation_servers --out F [--model M.gguf] [--llama-server PATH]
 """
 
 from __future__ import annotations
@@ -23,7 +16,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import statistics
-import sys
 import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -34,7 +26,7 @@ from benchmarks.bench_speculation import REWRITES, rewrite_prompt
 from benchmarks.peers.build_llama_server import ensure_llama_server
 from benchmarks.peers.compare_servers import Setup, add_peer_arguments, llama_server_command
 from benchmarks.record import Recording, config_of, paired_ratios, rotated, spread
-from benchmarks.serve_process import free_port, model_id, started, stream_chat
+from benchmarks.serve_process import free_port, llmflow_serve, model_id, started, stream_chat
 from benchmarks.suite import parser
 from llmflow.engines.speculation import DRAFT_MAX
 from llmflow.model_files import default_model_path
@@ -52,15 +44,11 @@ def decode_rate(answer: dict[str, Any]) -> float | None:
 def servers(args: argparse.Namespace, model: Path) -> dict[str, Callable[[int], list[str]]]:
     """Each server's command for a port, by name: `llmflow`, `llama-server off`, then
     `llama-server TYPE` for each `--spec-type`."""
-    options = {"n_ctx": args.n_ctx, "n_threads": args.threads, "speculative": "true",
-               "draft_max": args.draft_max}  # fmt: skip
-    engine_options = [part for k, v in options.items() for part in ("--engine-option", f"{k}={v}")]
     more = shlex.split(args.llama_server_args)
 
     def llmflow(port: int) -> list[str]:
-        return [sys.executable, "-m", "llmflow", "serve", str(model), "--engine", "llama_cpp",
-                "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-                *engine_options]  # fmt: skip
+        options = {"n_ctx": args.n_ctx, "n_threads": args.threads, "draft_max": args.draft_max}
+        return llmflow_serve(port, "--engine", "llama_cpp", model=model, speculative="true", **options)
 
     def llama_server(spec: list[str]) -> Callable[[int], list[str]]:
         setup = Setup(model, args.threads, 1, args.n_ctx, args.llama_server, None, Path(), (*more, *spec))
@@ -107,21 +95,17 @@ def summarize(rounds: list[dict[str, list[dict[str, Any]]]], table: dict[str, tu
         return statistics.median(rates) if rates else None
 
     rates = {name: [median_rate(r[name]) for r in rounds] for name in table}
-    summary: dict[str, Any] = {"decode_tok_s": {name: spread(values) for name, values in rates.items()}}
-    over_off, identical = {}, {}
-    for name, (_, _, baseline) in table.items():
-        if not baseline:
-            continue
-        over_off[name] = paired_ratios(rates[name], rates[baseline])
+    baselines = {name: baseline for name, (_, _, baseline) in table.items() if baseline}
+    identical = {}
+    for name, baseline in baselines.items():
         pairs = [(a["text"], b["text"]) for r in rounds for a, b in zip(r[name], r[baseline], strict=True)]
         identical[name] = {"same": sum(a == b for a, b in pairs), "answers": len(pairs)}
-    summary["on_over_off"] = over_off
-    summary["identical_to_off"] = identical
-    peers = [name for name in over_off if name.startswith("llama-server")]
-    summary["llmflow_on_over_llama_server"] = {
-        name: paired_ratios(rates["llmflow on"], rates[name]) for name in [f"llama-server {OFF}", *peers]
-    }
-    return summary
+    peers = [f"llama-server {OFF}", *(name for name in baselines if name.startswith("llama-server"))]
+    ours = rates["llmflow on"]
+    return {"decode_tok_s": {name: spread(values) for name, values in rates.items()},
+            "on_over_off": {name: paired_ratios(rates[name], rates[b]) for name, b in baselines.items()},
+            "identical_to_off": identical,
+            "llmflow_on_over_llama_server": {p: paired_ratios(ours, rates[p]) for p in peers}}  # fmt: skip
 
 
 def parse_args() -> argparse.Namespace:

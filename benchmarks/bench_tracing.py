@@ -1,12 +1,8 @@
 """Does tracing slow streaming down? `predict_stream` tokens/s with MLflow tracing on vs off.
 
-The embedded model in process, greedy, the same prompt; runs alternate (off, on, timings-only, in
-a rotating order) and start with an empty KV cache, so every mode pays the same prompt
-processing. Traces go to a temporary sqlite tracking store. Reports medians and the ratio
-on / off (target >= 0.98), plus the per-chunk cost of the observing wrapper itself, measured
-on a synthetic stream (no model) so that it is not lost in decoding noise.
-
-    python -m benchmarks.bench_tracing --runs 9 --max-tokens 256
+Modes (off, on, timings only) alternate, each run from an empty KV cache; traces go to a temporary
+sqlite store. The observing wrapper's own cost per chunk is measured on a synthetic stream, where
+decoding noise does not hide it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Load: many streaming clients against one server with a bounded queue, on loopback.
 
-Each client sends streaming chat completions back to back for the whole duration. A refused
-request (429 or 503) must carry `Retry-After`; the client waits that long (capped) and goes on.
-Checked: zero 5xx other than 503-with-Retry-After, zero broken streams (every 200 stream ends
-with a finish chunk, a usage chunk and `[DONE]`, and no error event). Reported: TTFT p50/p99
-(request sent to first text delta), completion tokens/s and requests/s.
-
-    python -m benchmarks.load_test --clients 32 --duration 120 --max-queue 8
+Clients send streaming chat completions back to back; a refused request (429 or 503) must carry
+`Retry-After`, which the client waits (capped). Checked: no 5xx but 503-with-Retry-After, no
+broken stream (every 200 ends with a finish chunk, usage and `[DONE]`, no error event).
 """
 
 from __future__ import annotations

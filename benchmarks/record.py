@@ -1,12 +1,9 @@
 """One shape for every benchmark's result file: what ran, where, on which commit, and its summary.
 
-A script starts a `Recording` before it measures anything (the 1-minute load average then) and
-writes its result through `Recording.write` (the load average again), so a reader can tell a quiet
-machine from a shared one. The result file in `benchmarks/results/` keeps the summary (medians,
-min-max, every round's value a ratio needs), the settings, commit and machine: what the renderer
-reads, and all that goes into git. Every request's raw samples go beside it, under `raw/`, which git
-ignores (`split_samples`; `python -m benchmarks strip FILE...` does the same for a file written
-elsewhere, such as a GPU run's).
+`Recording.begin` before measuring and `Recording.write` after both take the load average, so a
+reader can tell a quiet machine from a shared one. The result file keeps what the renderer reads
+(summary, settings, commit, machine) and goes into git; the raw samples go beside it under `raw/`,
+which git ignores (`python -m benchmarks strip FILE...` splits a file written elsewhere).
 """
 
 from __future__ import annotations

@@ -40,8 +40,9 @@ def med(s: dict | None, digits: int = 1, scale: float = 1.0) -> str:
 
 
 def target(value: float | None, goal: float) -> str:
-    met = "-" if value is None else "met" if value >= goal else "missed"
-    return met if value is None else f"{num(value, 2)} (target ≥ {goal}: {met})"
+    if value is None:
+        return "-"
+    return f"{num(value, 2)} (target ≥ {goal}: {'met' if value >= goal else 'missed'})"
 
 
 def plural(n: int, word: str) -> str:
@@ -393,12 +394,6 @@ def serving_factors(d: Result) -> str:
 
 
 # -- short figures inside a sentence --------------------------------------------------------------
-def readme_batching(d: Result) -> str:
-    return "8 streams against 1: " + ", ".join(
-        f"{quant} {med(q['engine_8_over_1'], 2)}x" for quant, q in d["summary"].items()
-    )
-
-
 def readme_gpu(d: Result) -> str:
     """llmflow serve over llama-server at the top concurrency, per model."""
     ratios = []
@@ -414,11 +409,6 @@ def readme_images(d: Result) -> str:
     figures = [f"{name}: new image {med(r['cold_ttft_s'], 2)} s, same image again {med(r['same_ttft_s'], 2)}"
                " s" for name, r in d["summary"]["servers"].items()]  # fmt: skip
     return "; ".join(figures) + " (CPU)"
-
-
-def sessions_identity(d: Result) -> str:
-    same = d["summary"]["greedy_identity"]
-    return f"{same['identical']} of {same['answers']} greedy answers identical with the cache on and off"
 
 
 # -- the parts of the documents -------------------------------------------------------------------
@@ -447,14 +437,16 @@ PARTS: dict[str, Part] = {
     "gpu-speculation-real": Part("speculation_gpu_smollm2", speculation_servers, GPU_COMMAND),
     "gpu-speculation-inprocess": Part("speculation_gpu_inprocess", speculation, GPU_COMMAND),
     "speculation-xeon": Part("speculation_xeon", speculation, XEON),
-    "readme-batching": Part("batching", readme_batching, inline=True),
+    "readme-batching": Part("batching", lambda d: "8 streams against 1: " + ", ".join(
+        f"{quant} {med(q['engine_8_over_1'], 2)}x" for quant, q in d["summary"].items()), inline=True),
     "readme-tracing": Part("tracing", lambda d: "about " + med(d["summary"]["wrapper_us_per_chunk"]["traced"])
                            + " µs per chunk", inline=True),
     "readme-engine": Part("engine", lambda d: med(d["summary"]["tokens_per_s_ratio"], 2), inline=True),
     "readme-http": Part("http", lambda d: med(d["summary"]["ratios"]["http_over_in_process_tok_s"], 2),
                         inline=True),
     "readme-gpu": Part("llama_cpp_gpu_h200_run12", readme_gpu, GPU_RUN.format("bench"), inline=True),
-    "sessions-identity": Part("sessions", sessions_identity, inline=True),
+    "sessions-identity": Part("sessions", lambda d: "{identical} of {answers} greedy answers identical with "
+                              "the cache on and off".format(**d["summary"]["greedy_identity"]), inline=True),
     "readme-images": Part("images", readme_images, inline=True),
 }  # fmt: skip
 

@@ -59,6 +59,14 @@ def clients(count: int, client: Callable[[float], Awaitable[None]], duration_s: 
     return round(time.monotonic() - start, 1)
 
 
+def llmflow_serve(port: int, *more: str, model: Path | None = None, **options: Any) -> list[str]:
+    """The command of `llmflow serve [MODEL]` on 127.0.0.1:`port`, logging warnings only, each of
+    `options` an `--engine-option KEY=VALUE`, then `more` arguments."""
+    engine_options = [part for k, v in options.items() for part in ("--engine-option", f"{k}={v}")]
+    return [sys.executable, "-m", "llmflow", "serve", *([str(model)] if model else []), "--port", str(port),
+            "--log-level", "warning", *engine_options, *more]  # fmt: skip
+
+
 def model_id(url: str) -> str:
     """The first model a server lists (`url`: its `/v1` base)."""
     return httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
@@ -136,8 +144,7 @@ class ServeProcess:
     ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [sys.executable, "-m", "llmflow", "serve", "--port", str(self.port),
-                     "--log-level", "warning", *args]  # fmt: skip
+        self.args = llmflow_serve(self.port, *args)
         self.env = {**os.environ, **(env or {})}
         self.start_timeout_s = start_timeout_s
         self.process: subprocess.Popen[str] | None = None

@@ -2,21 +2,15 @@
 measured with `llmflow bench` over HTTP, with `llama-batched-bench` as the ceiling: one run, one
 GPU, the same GGUF files and the same llama.cpp build.
 
-For every GGUF (e.g. Q4_K_M and f16 of one model): `llama-batched-bench` first (the aggregate
-decode speed llama.cpp reaches with no server and no sampling, with a KV stream per sequence and
-with one unified pool), then the servers side by side: llmflow serve and llama-server, and each
-again with every `--llmflow-variant` / `--llama-server-variant` (more arguments, a server of its
-own). At each concurrency level they are benchmarked one after the other, in an order that
-alternates, for several rounds. A row is a server's median round by output throughput, so every
-number in it comes from one real run; every round's summary is kept. Every server gets `parallel`
-sequences of `n_ctx` tokens each and greedy requests of `prompt_tokens` random words and
-`max_tokens` tokens; output tokens are counted the same way for all (re-tokenized). In the same
-rounds, at the top concurrency, the same `llmflow bench` workload runs on the engine in this
-process (no HTTP): what serving costs is llmflow serve's output tok/s over it, round by round.
-Last, one wave of `parallel` generations straight on the engine (no LLM, no bench client).
+Per GGUF: `llama-batched-bench` (llama.cpp's decode with no server and no sampling, a KV stream per
+sequence and one unified pool), then llmflow serve, llama-server and every `--llmflow-variant` /
+`--llama-server-variant` at each concurrency, in an alternating order, for several rounds; with
+them, at the top concurrency, the same workload on the engine in this process (no HTTP: what
+serving costs). A row is a server's median round by output throughput, so every number in it comes
+from one real run. Last, one wave of `parallel` generations straight on the engine.
 
-    python benchmarks/gpu/bench_llama_cpp_gpu.py --bin BUILD/bin \
-        --model Q4_K_M=models/llama3-8b-Q4_K_M.gguf --model f16=models/llama3-8b-f16.gguf \
+    python benchmarks/gpu/bench_llama_cpp_gpu.py --bin BUILD/bin \\
+        --model Q4_K_M=models/llama3-8b-Q4_K_M.gguf --model f16=models/llama3-8b-f16.gguf \\
         --tokenizer models/smollm2-135m-f16.gguf --out benchmarks/results/llama_cpp_gpu.json
 """
 
@@ -38,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.record import bench_figures, write_split  # noqa: E402
+from benchmarks.record import bench_figures, output, write_split  # noqa: E402
 from benchmarks.serve_process import free_port, started  # noqa: E402
 from benchmarks.stream_timing import at_once  # noqa: E402
 from benchmarks.suite import parser  # noqa: E402
@@ -75,9 +69,8 @@ class Run:
 
 
 def machine() -> dict[str, Any]:
-    query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
-             "--format=csv,noheader"]  # fmt: skip
-    gpu = subprocess.run(query, capture_output=True, text=True, check=False).stdout.strip()
+    query = "--query-gpu=name,driver_version,memory.total,clocks.max.sm"
+    gpu = output("nvidia-smi", query, "--format=csv,noheader") or ""
     import llama_cpp
 
     return {"platform": platform.platform(), "python": platform.python_version(), "gpu": gpu,

@@ -6,15 +6,12 @@ Two steps, because the machine with the GPU has no embedded model and carries li
     # here: the embedded model's tokenizer (vocabulary, merges, special tokens, chat template)
     python benchmarks/gpu/make_gguf.py tokenizer LLAMA_CPP_SRC out/tokenizer.json
     # there: random init with transformers -> convert_hf_to_gguf.py (f16) -> llama-quantize
-    python benchmarks/gpu/make_gguf.py model LLAMA_CPP_SRC out/tokenizer.json OUT_DIR \
+    python benchmarks/gpu/make_gguf.py model LLAMA_CPP_SRC out/tokenizer.json OUT_DIR \\
         --shape llama3-8b --quantize-with BIN/llama-quantize --types Q4_K_M
 
-The f16 file needs no llama.cpp build (only its source tree's Python), so it can be made while
-the build runs, and the same command run again once `llama-quantize` exists only quantizes.
-
-LLAMA_CPP_SRC is a llama.cpp source tree (the one llama-cpp-python was built from): its
-`convert_hf_to_gguf.py` writes the f16 file, with the tokenizer taken from the JSON instead of
-Hugging Face tokenizer files.
+LLAMA_CPP_SRC: the llama.cpp source llama-cpp-python was built from. The f16 file needs only its
+Python, so it can be made while the build runs; run again once `llama-quantize` exists, the
+command only quantizes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Build llama.cpp's `llama-server` and `llama-batched-bench` once, from the pinned llama-cpp-python sdist.
 
-The peer then runs the very llama.cpp that llmflow links against, compiled with the same
-instruction sets (`scripts/build_llama_cpp.py`'s flags). The build lives in a cache directory
-outside the repository (default `~/.cache/llmflow-peers`) and is reused while its stamp matches; it is
-never part of CI. Without `--sdist` the sdist is fetched with `pip download`.
+The peer then runs the very llama.cpp that llmflow links against, with the same instruction sets
+(`scripts/build_llama_cpp.py`'s flags). The build is cached outside the repository (default
+`~/.cache/llmflow-peers`) while its stamp matches; without `--sdist` the sdist is `pip download`ed.
 
     python -m benchmarks.peers.build_llama_server [--sdist llama_cpp_python-X.tar.gz] [--jobs 2]
 """

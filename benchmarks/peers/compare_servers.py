@@ -1,21 +1,13 @@
 """llmflow serve against the strongest CPU peers, side by side in one run, measured with `llmflow bench`.
 
-Four OpenAI-compatible servers on 127.0.0.1, started once and kept up for the whole run, on the
-same GGUF (the embedded model unless `--model`), the same threads and the same prompts:
-
-- `llmflow`: `llmflow serve` on its batching engine (`--parallel` sequences);
-- `llama-server`: llama.cpp's own C++ server with continuous batching (`--parallel` slots), built
-  from the llama.cpp inside the pinned llama-cpp-python sdist (`build_llama_server.py`);
-- `example-server`: llama-cpp-python's example batching server (`examples/server/server.py` of its
-  repository, given with `--example-server`; `n_seq_max` = `--parallel`);
-- `llama_cpp.server`: `python -m llama_cpp.server`, one request at a time.
-
-Workloads: closed loops at each `--concurrency`, Poisson arrivals at each `--rates` (requests/s),
-and a shared-prefix chat (one long system prompt, a short different question per request) at
-`--prefix-concurrency`. In each round every workload runs on every server, the servers in an order
-that rotates from workload to workload and round to round, so drift on a shared machine lands on
-all of them alike. Output tokens are counted by re-tokenizing every answer with the model's
-tokenizer (not every server sends usage). Every request record of every round is kept.
+On the same GGUF, threads and prompts, kept up for the whole run: `llmflow` (`llmflow serve`,
+batching engine), `llama-server` (llama.cpp's own, built from the pinned sdist's llama.cpp by
+`build_llama_server.py`), `example-server` (llama-cpp-python's example batching server, with
+`--example-server`) and `llama_cpp.server` (one request at a time). Workloads: closed loops at each
+`--concurrency`, Poisson arrivals at each `--rates` and a shared-prefix chat at
+`--prefix-concurrency`. The servers' order rotates from workload to workload and round to round,
+so drift on a shared machine lands on all alike. Output tokens are counted by re-tokenizing every
+answer (not every server sends usage).
 
     python -m benchmarks.peers.compare_servers --example-server PATH/examples/server/server.py
 """
@@ -36,7 +28,7 @@ from typing import Any
 
 from benchmarks.peers.build_llama_server import ensure_llama_server
 from benchmarks.record import Recording, config_of, rotated, spread
-from benchmarks.serve_process import free_port, started
+from benchmarks.serve_process import free_port, llmflow_serve, started
 from benchmarks.suite import parser
 from llmflow.bench import BenchOptions, run_bench
 from llmflow.bench.driver import parse_list
@@ -99,12 +91,8 @@ class Workload:
 
 def llmflow_command(setup: Setup, port: int, **more: str) -> list[str]:
     options = {"n_threads": setup.threads, "n_ctx": setup.n_ctx, "parallel": setup.parallel, **more}
-    engine_options = [a for k, v in options.items() for a in ("--engine-option", f"{k}={v}")]
-    return [
-        sys.executable, "-m", "llmflow", "serve", str(setup.model),
-        "--host", "127.0.0.1", "--port", str(port), "--engine", "llama_cpp_batched", *engine_options,
-        "--max-queue", "4096", "--log-level", "warning",
-    ]  # fmt: skip
+    more_args = ("--engine", "llama_cpp_batched", "--max-queue", "4096")
+    return llmflow_serve(port, *more_args, model=setup.model, **options)
 
 
 def llama_server_command(setup: Setup, port: int) -> list[str]:
