@@ -74,7 +74,6 @@ def timed(texts: Iterable[str]) -> Sample:
     return Sample((first - start) * 1000, rate, chunks, (end - start) * 1000, cpu_s / chunks * 1e6)
 
 
-# -- the ways ------------------------------------------------------------------------------------
 def in_process(llm: LLM, max_tokens: int) -> Callable[[], Sample]:
     params = {"temperature": 0.0, "max_tokens": max_tokens}
     return lambda: timed(chunk.text for chunk in llm.stream(PROMPT, params))
@@ -130,7 +129,6 @@ def over_http_sse(base_url: str, max_tokens: int) -> Callable[[], Sample]:
     return lambda: timed(texts())
 
 
-# -- servers --------------------------------------------------------------------------------------
 def server_command(name: str, model: Path, threads: int, port: int) -> list[str]:
     if name == "llmflow_http":
         return llmflow_serve(port, "--model-name", MODEL_NAME, model=model, n_threads=threads, n_ctx=N_CTX)
@@ -141,23 +139,20 @@ def server_command(name: str, model: Path, threads: int, port: int) -> list[str]
     ]  # fmt: skip
 
 
-# -- running and reporting ------------------------------------------------------------------------
 def ratios(samples: dict[str, list[Sample]]) -> dict[str, dict | None]:
     """Each ratio round by round (both ways ran in the same round), as median and min-max."""
 
     def ratio(a: str, b: str) -> dict | None:
         return paired_ratios([s.decode_tok_s for s in samples[a]], [s.decode_tok_s for s in samples[b]])
 
-    def ttft_overhead() -> dict | None:
-        pairs = zip(samples["llmflow_http"], samples["in_process"], strict=True)
-        return spread(http.ttft_ms - local.ttft_ms for http, local in pairs)
+    pairs = zip(samples["llmflow_http"], samples["in_process"], strict=True)
 
     return {
         "http_over_in_process_tok_s": ratio("llmflow_http", "in_process"),  # target >= 0.97
         "http_over_in_process_pyfunc_tok_s": ratio("llmflow_http", "in_process_pyfunc"),
         "lean_client_http_over_in_process_tok_s": ratio("llmflow_http_sse", "in_process"),
         "http_over_in_process_llama_cpp_tok_s": ratio("llmflow_http", "in_process_llama_cpp"),
-        "ttft_overhead_ms": ttft_overhead(),  # target <= 10
+        "ttft_overhead_ms": spread(http.ttft_ms - local.ttft_ms for http, local in pairs),  # target <= 10
         "llmflow_over_llama_cpp_server_tok_s": ratio("llmflow_http", "llama_cpp_server"),  # target >= 1.0
     }
 

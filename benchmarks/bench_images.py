@@ -108,26 +108,23 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     def values(name: str, key: str) -> list[float | None]:
         return [r[key] for r in rounds[name]]
 
-    def differences(name: str, a: str, b: str) -> list[float | None]:
-        return [None if r[a] is None or r[b] is None else r[a] - r[b] for r in rounds[name]]
+    def less(name: str, a: str, b: str) -> dict | None:
+        return spread(None if r[a] is None or r[b] is None else r[a] - r[b] for r in rounds[name])
 
     servers = {}
     for name in rounds:
         entry = {f"{kind}_ttft_s": spread(values(name, f"{kind}_ttft_s")) for kind in KINDS}
-        entry["image_cost_s"] = spread(differences(name, "cold_ttft_s", "text_ttft_s"))
-        entry["reuse_saves_s"] = spread(differences(name, "cold_ttft_s", "same_ttft_s"))
+        entry["image_cost_s"] = less(name, "cold_ttft_s", "text_ttft_s")
+        entry["reuse_saves_s"] = less(name, "cold_ttft_s", "same_ttft_s")
         if any(v is not None for v in values(name, "cold_prompt_ms")):
             entry.update({f"{kind}_prompt_ms": spread(values(name, f"{kind}_prompt_ms")) for kind in KINDS})
         if "image_chunks" in rounds[name][0]:
             entry["image_chunks"] = {k: sum(r["image_chunks"][k] for r in rounds[name])
                                      for k in ("encoded", "reused")}  # fmt: skip
         servers[name] = entry
-    ratios = {}
-    if set(SERVERS) <= set(rounds):
-        for kind in KINDS:
-            ours, theirs = values("llmflow", f"{kind}_ttft_s"), values("llama-server", f"{kind}_ttft_s")
-            if None not in ours and None not in theirs:
-                ratios[f"{kind}_ttft"] = paired_ratios(ours, theirs)
+    ratios = {}  # round by round, where both servers ran (a round without a figure left out)
+    for kind in KINDS if set(SERVERS) <= set(rounds) else ():
+        ratios[f"{kind}_ttft"] = paired_ratios(*(values(name, f"{kind}_ttft_s") for name in SERVERS))
     return {"servers": servers, "llmflow_over_llama_server": ratios}
 
 

@@ -105,8 +105,7 @@ def revisits(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any
             messages.append({"role": "user", "content": "And the second one?"})
             answer = stream_chat(url, model, messages, 16)
             warm.append(answer["ttft_s"])
-            usage = answer["usage"]
-            reused.append(usage["prompt_tokens_details"]["cached_tokens"] / usage["prompt_tokens"])
+            reused.append(reused_share(answer["usage"]))
         rss_end = rss_bytes(url)
         metrics = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=30, trust_env=False).text
     host_bytes = metric(metrics, "llmflow_prompt_cache_bytes", tier="host")
@@ -133,10 +132,13 @@ def restart(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any]
                      {"role": "user", "content": "And the second?"}]  # fmt: skip
         with serve(setup, "llmflow", "llmflow-after-restart", prompt_cache_dir=cache_dir) as url:
             again = stream_chat(url, model_id(url), messages, 16)
-    usage = again["usage"]
     return {"cold_ttft_s": first["ttft_s"], "after_restart_ttft_s": again["ttft_s"],
-            "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
-            "prompt_tokens": usage["prompt_tokens"]}  # fmt: skip
+            "cached_share": reused_share(again["usage"])}  # fmt: skip
+
+
+def reused_share(usage: dict[str, Any]) -> float:
+    """The share of a prompt the server took from its cache (`cached_tokens`)."""
+    return usage["prompt_tokens_details"]["cached_tokens"] / usage["prompt_tokens"]
 
 
 def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
@@ -174,11 +176,8 @@ def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
     return {"answers": len(on), "identical": same, "weights": model.name, "saving": saving}
 
 
-PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict[str, Any]]] = {
-    "sessions": session,
-    "short": short_requests,
-    "streams": concurrent_streams,
-}
+PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict]] = {
+    "sessions": session, "short": short_requests, "streams": concurrent_streams}  # fmt: skip
 
 
 def parse_args() -> argparse.Namespace:
@@ -247,7 +246,7 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
                            "budget_bytes": revisit[0]["budget_bytes"]}  # fmt: skip
     restarts = samples["restart"]
     cold_over = spread(r["cold_ttft_s"] / r["after_restart_ttft_s"] for r in restarts)
-    shares = spread(r["cached_tokens"] / r["prompt_tokens"] for r in restarts)
+    shares = spread(r["cached_share"] for r in restarts)
     summary["restart"] = {"cold_over_after_restart": cold_over, "cached_share": shares}
     summary["greedy_identity"] = samples["greedy_identity"]
     return summary

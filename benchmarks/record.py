@@ -42,6 +42,10 @@ def spread(values: Iterable[float | None]) -> dict[str, float] | None:
     return {"median": statistics.median(clean), "min": min(clean), "max": max(clean), "n": len(clean)}
 
 
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def load_average() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
@@ -140,25 +144,19 @@ class Recording:
 
     @classmethod
     def begin(cls, benchmark: str, quick: bool = False) -> Recording:
-        started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         quick = quick or os.environ.get("LLMFLOW_BENCH_QUICK") == "1"
-        return cls(benchmark, command_line(), started_at, load_average(), quick)
-
-    def document(self, config: dict[str, Any], samples: Any, summary: dict[str, Any]) -> dict[str, Any]:
-        info = machine()
-        info["load_1m_start"] = self.load_1m_start
-        info["load_1m_end"] = load_average()
-        finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        return {"schema": SCHEMA, "benchmark": self.benchmark, "command": self.command, "quick": self.quick,
-                "commit": self.commit, "started_at": self.started_at, "finished_at": finished_at,
-                "machine": info, "config": config, "summary": summary, "notes": self.notes,
-                "samples": samples}  # fmt: skip
+        return cls(benchmark, command_line(), now(), load_average(), quick)
 
     def write(self, out: Path, *, config: dict[str, Any], samples: Any, summary: dict[str, Any],
               hide: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
         """Write the result file and its samples (`write_split`); every string in `hide` (a local
         model path) becomes its file name. Returns the result file's document."""
-        text = json.dumps(self.document(config, samples, summary), indent=2, default=str)
+        info = {**machine(), "load_1m_start": self.load_1m_start, "load_1m_end": load_average()}
+        document = {"schema": SCHEMA, "benchmark": self.benchmark, "command": self.command,
+                    "quick": self.quick, "commit": self.commit, "started_at": self.started_at,
+                    "finished_at": now(), "machine": info, "config": config, "summary": summary,
+                    "notes": self.notes, "samples": samples}  # fmt: skip
+        text = json.dumps(document, indent=2, default=str)
         for path in hide:
             text = text.replace(str(path), Path(path).name)
         return write_split(out, json.loads(text))
@@ -205,8 +203,7 @@ def bench_figures(summary: dict[str, Any]) -> dict[str, Any]:
     """What server comparisons read from the summary of a `llmflow bench` level."""
     ttft, itl = summary["ttft_s"], summary["itl_s"]
     return {"output_tok_s": summary["output_throughput"], "ttft_p50_s": ttft["median"],
-            "ttft_p99_s": ttft["p99"],
-            "itl_p50_s": itl["median"], "itl_p99_s": itl["p99"]}  # fmt: skip
+            "ttft_p99_s": ttft["p99"], "itl_p50_s": itl["median"], "itl_p99_s": itl["p99"]}  # fmt: skip
 
 
 def paired_ratios(numerators: Iterable[float | None], denominators: Iterable[float | None]) -> dict | None:

@@ -140,10 +140,6 @@ def _generated(text: str) -> float:
     return metric(text, name if name in text else "llmflow_generation_tokens_total")
 
 
-def _rss_mb(pid: int) -> float:
-    return psutil.Process(pid).memory_info().rss / 2**20
-
-
 def _normal_answer(url: str, model: str, max_tokens: int = 8) -> bool:
     body = {"model": model, "prompt": "Hello", "max_tokens": max_tokens}
     response = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
@@ -151,17 +147,16 @@ def _normal_answer(url: str, model: str, max_tokens: int = 8) -> bool:
 
 
 def soak(url: str, pid: int, args: argparse.Namespace) -> SoakResult:
-    r = SoakResult()
-    model = model_id(f"{url}/v1")
+    r, server, model = SoakResult(), psutil.Process(pid), model_id(f"{url}/v1")
     for _ in range(args.warmup):  # warm the allocator and caches before the baseline
         _normal_answer(url, model, args.max_tokens)
         body = {"model": model, "prompt": long_prompt(args.prefill_words), "max_tokens": 4}
         httpx.post(f"{url}/v1/completions", json=body, timeout=120)
     before = wait_idle(url)
-    r.rss_before_mb = _rss_mb(pid)
+    r.rss_before_mb = server.memory_info().rss / 2**20
     cuts: asyncio.Queue[str] = asyncio.Queue()
-    weights = [args.prefill_share, (1 - args.prefill_share) / 3, 2 * (1 - args.prefill_share) / 3]
-    for cut in random.choices(CUTS, weights=weights, k=args.streams):
+    rest = 1 - args.prefill_share
+    for cut in random.choices(CUTS, weights=[args.prefill_share, rest / 3, 2 * rest / 3], k=args.streams):
         cuts.put_nowait(cut)
     r.seconds = clients(args.clients, partial(_client, url, model, cuts, args, r), args.time_limit)
     after = wait_idle(url)
@@ -171,7 +166,7 @@ def soak(url: str, pid: int, args: argparse.Namespace) -> SoakResult:
     r.tokens_generated = _generated(after) - _generated(before)
     n_cut = max(1, r.streams - r.completed - r.refused)
     r.tokens_after_cut_per_cut = round(max(0.0, r.tokens_generated - r.tokens_received) / n_cut, 3)
-    r.rss_after_mb = _rss_mb(pid)
+    r.rss_after_mb = server.memory_info().rss / 2**20
     r.rss_growth = round(r.rss_after_mb / r.rss_before_mb - 1, 4)
     r.answers_after = _normal_answer(url, model)
     return r
