@@ -1,13 +1,9 @@
 """Multi-turn sessions against the peers, and the conversation cache's tiers.
 
-On the same GGUF, threads and sequences, servers alternated within each round: `sessions` (a
-long system prompt and several turns, each answer appended: TTFT of turn 1 and of the later
-turns), `short` (a short request alone: TTFT), `streams` (concurrent streams: chunks/s); for
-llmflow only, `revisits` (more sessions than sequences, round robin, with the host tier: the share
-of a revisit's prompt reused, its TTFT against the cold turn, RSS against the budget) and
-`restart` (the next turn after a restart on the same `--prompt-cache-dir`).
-
-    python -m benchmarks.bench_sessions --llama-server PATH --example-server PATH/server.py --out F
+On the same GGUF, threads and sequences, servers alternated within each round: `sessions` (a long
+system prompt, several turns, each answer appended), `short` (a short request alone), `streams`
+(concurrent streams); llmflow alone: `revisits` (more sessions than sequences, round robin, on the
+host tier) and `restart` (the next turn after a restart on the same `--prompt-cache-dir`).
 """
 
 from __future__ import annotations
@@ -37,8 +33,7 @@ FIRST_QUESTION = "Hello, which rule comes first?"
 
 
 def system_prompt(seed: int, words: int) -> str:
-    """A long instruction text of its own for each seed (no server may answer it from an earlier
-    round's cache)."""
+    """A long instruction text of its own per seed: no server answers it from an earlier round's cache."""
     picked = [WORDS[(seed * 7 + i * 13 + i * i) % len(WORDS)] for i in range(words)]
     lines = [" ".join(picked[i : i + 12]) + "." for i in range(0, words, 12)]
     return f"You are support assistant #{seed}. Follow these rules:\n" + "\n".join(lines)
@@ -64,18 +59,14 @@ def short_requests(url: str, seed: int, args: argparse.Namespace) -> dict[str, A
     for i in range(args.short_requests):
         word = WORDS[(seed + i) % len(WORDS)]
         question = f"Request {seed}-{i}: in one sentence, why do {word}s matter to a shop?"
-        ttfts.append(stream_chat(url, model, [{"role": "user", "content": question}], 8)["ttft_s"])
+        ttfts.append(stream_chat(url, model, question, 8)["ttft_s"])
     return {"ttft_s": ttfts, "ttft_p50_s": statistics.median(t for t in ttfts if t is not None)}
 
 
 def concurrent_streams(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    model = model_id(url)
-
-    def run(i: int) -> dict[str, Any]:
-        prompt = f"Stream {seed}-{i}. Count from 1 to 300, separated by commas:"
-        return stream_chat(url, model, [{"role": "user", "content": prompt}], args.stream_tokens)
-
-    elapsed, results = at_once(args.streams, run)
+    model, tokens = model_id(url), args.stream_tokens
+    prompts = [f"Stream {seed}-{i}. Count from 1 to 300, separated by commas:" for i in range(args.streams)]
+    elapsed, results = at_once(args.streams, lambda i: stream_chat(url, model, prompts[i], tokens))
     chunks = sum(r["chunks"] for r in results)
     return {"chunks": chunks, "elapsed_s": elapsed, "chunks_per_s": chunks / elapsed}
 
@@ -125,8 +116,7 @@ def restart(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any]
             first = stream_chat(url, model_id(url), messages, 16)
             # a state reaches the disk when its sequence is reused: another conversation takes it
             for i in range(setup.parallel):
-                other = [{"role": "user", "content": f"Unrelated request {i}: name a fruit."}]
-                stream_chat(url, model_id(url), other, 4)
+                stream_chat(url, model_id(url), f"Unrelated request {i}: name a fruit.", 4)
             time.sleep(1.0)  # the writer thread finishes the file
         messages += [{"role": "assistant", "content": first["text"]},
                      {"role": "user", "content": "And the second?"}]  # fmt: skip
@@ -142,10 +132,9 @@ def reused_share(usage: dict[str, Any]) -> float:
 
 
 def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
-    """Does reuse change a greedy answer? The same sessions, turn by turn, on the batching engine
-    with the conversation cache on and off (one model in process at a time). With it on, two
-    sequences for all the sessions: conversations go to the host tier and back, and the scheduler
-    says how long its thread spent saving them (the decode loop waits meanwhile)."""
+    """Does reuse change a greedy answer? The same sessions, turn by turn, with the conversation
+    cache on and off; with it on, two sequences for all of them, so conversations go to the host
+    tier and back, and the time the decode loop waited for saving them."""
     saving: dict[str, Any] = {}
     from llmflow import LLM
 

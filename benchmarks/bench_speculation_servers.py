@@ -7,8 +7,6 @@ off` and one `llama-server TYPE` per `--spec-type` (its own process: llama-serve
 from its command line only). Each round sends every prompt to every side, the order rotating; a
 side's round is the median over its prompts, and its answers are compared with its own server's
 without speculation.
-
-    python -m benchmarks.bench_speculation_servers --out F [--model M.gguf] [--llama-server PATH]
 """
 
 from __future__ import annotations
@@ -78,8 +76,7 @@ def one_round(table: dict[str, tuple[str, dict, str]], models: dict[str, str], r
     for name in rotated(list(table), round_):
         url, more, _ = table[name]
         for i in range(len(REWRITES)):
-            messages = [{"role": "user", "content": rewrite_prompt(i)}]
-            answer = stream_chat(url, models[url], messages, args.max_tokens, **more)
+            answer = stream_chat(url, models[url], rewrite_prompt(i), args.max_tokens, **more)
             tokens = (answer["usage"] or {}).get("completion_tokens")
             answers[name].append({"rate": decode_rate(answer), "tokens": tokens, "ttft_s": answer["ttft_s"],
                                   "text": answer["text"]})  # fmt: skip
@@ -134,7 +131,7 @@ def main() -> None:
         models = {url: model_id(url) for url in urls.values()}
         table = sides(urls)
         for url, more, _ in table.values():  # warm-up: each server's first prompt, its CUDA graphs or threads
-            stream_chat(url, models[url], [{"role": "user", "content": rewrite_prompt(0)}], 16, **more)
+            stream_chat(url, models[url], rewrite_prompt(0), 16, **more)
         rounds = [one_round(table, models, i, args) for i in range(args.rounds)]
     samples = {name: [[{k: a[k] for k in ("rate", "tokens", "ttft_s")} for a in r[name]] for r in rounds]
                for name in table}  # fmt: skip

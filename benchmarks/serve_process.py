@@ -91,10 +91,11 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int, **more: Any) -> dict[str, Any]:
-    """One streamed, greedy chat request (`more`: more body fields): TTFT and the time of the last
-    content (both from the start), end-to-end time, the answer and its chunk count, and the usage
-    and llama-server's `timings` where sent."""
+def stream_chat(url: str, model: str, chat: list[dict] | str, max_tokens: int, **more: Any) -> dict[str, Any]:
+    """One streamed, greedy chat request (`chat`: the messages, or one user message's text; `more`:
+    more body fields): TTFT and the time of the last content (both from the start), end-to-end time,
+    the answer and its chunk count, and the usage and llama-server's `timings` where sent."""
+    messages = [{"role": "user", "content": chat}] if isinstance(chat, str) else chat
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
             "stream": True, "stream_options": {"include_usage": True}, **more}  # fmt: skip
     start = time.perf_counter()
@@ -137,7 +138,8 @@ def busy_sequences(text: str) -> float:
 
 
 class ServeProcess:
-    """`with ServeProcess(["--max-queue", "8"]) as server: server.url, server.pid`."""
+    """`with ServeProcess(["--max-queue", "8"]) as server: server.url, server.process.pid`; what
+    the server printed is in `server.output` once it has stopped."""
 
     def __init__(
         self, args: Sequence[str] = (), *, env: dict[str, str] | None = None, start_timeout_s: float = 180
@@ -147,52 +149,37 @@ class ServeProcess:
         self.args = llmflow_serve(self.port, *args)
         self.env = {**os.environ, **(env or {})}
         self.start_timeout_s = start_timeout_s
-        self.process: subprocess.Popen[str] | None = None
         self.output = ""
 
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def start(self) -> ServeProcess:
+    def __enter__(self) -> ServeProcess:
         self.process = subprocess.Popen(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env
         )
         if answers(self.process, f"{self.url}/health", self.start_timeout_s):
             return self
-        if self.process.poll() is None:
-            self.stop()
-        else:
-            self.wait()
+        self.__exit__()
         raise RuntimeError(f"the server on {self.url} did not start:\n{self.output}")
 
     def terminate(self) -> None:
         """SIGTERM: a graceful shutdown."""
-        assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
 
     def wait(self, timeout_s: float = 60) -> int:
-        assert self.process is not None
         out, _ = self.process.communicate(timeout=timeout_s)
         self.output += out or ""
         return self.process.returncode
 
-    def stop(self) -> None:
-        if self.process is None or self.process.returncode is not None:
+    def __exit__(self, *exc: object) -> None:
+        """Stop it where it still runs (SIGTERM, then SIGKILL after 30 s), keeping what it printed."""
+        if self.process.stdout is None or self.process.stdout.closed:  # `wait` has read it all
             return
-        self.terminate()
+        if self.process.poll() is None:
+            self.terminate()
         try:
             self.wait(30)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.wait(10)
-
-    def __enter__(self) -> ServeProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def answers(process: subprocess.Popen, url: str, timeout_s: float) -> bool:

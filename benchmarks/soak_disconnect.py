@@ -24,6 +24,7 @@ import httpx
 import psutil
 
 from benchmarks.serve_process import (
+    ServeProcess,
     add_server_arguments,
     busy_sequences,
     clients,
@@ -146,8 +147,9 @@ def _normal_answer(url: str, model: str, max_tokens: int = 8) -> bool:
     return response.is_success and response.json()["choices"][0]["finish_reason"] in ("stop", "length")
 
 
-def soak(url: str, pid: int, args: argparse.Namespace) -> SoakResult:
-    r, server, model = SoakResult(), psutil.Process(pid), model_id(f"{url}/v1")
+def soak(served: ServeProcess, args: argparse.Namespace) -> SoakResult:
+    url, server = served.url, psutil.Process(served.process.pid)
+    r, model = SoakResult(), model_id(f"{url}/v1")
     for _ in range(args.warmup):  # warm the allocator and caches before the baseline
         _normal_answer(url, model, args.max_tokens)
         body = {"model": model, "prompt": long_prompt(args.prefill_words), "max_tokens": 4}
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> SoakResult:
     p.add_argument("--time-limit", type=float, default=900, help="no new stream starts after this (s)")
     add_server_arguments(p)
     args = p.parse_args(argv)
-    return measure_served("soak", args, args.clients * 2, lambda server: soak(server.url, server.pid, args))
+    return measure_served("soak", args, args.clients * 2, lambda server: soak(server, args))
 
 
 if __name__ == "__main__":
