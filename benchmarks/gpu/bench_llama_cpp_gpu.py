@@ -1,17 +1,12 @@
 """`llmflow serve` (the batched llama.cpp engine on CUDA) against llama.cpp's own `llama-server`,
 measured with `llmflow bench` over HTTP, with `llama-batched-bench` as the ceiling: one run, one
-GPU, the same GGUF files and the same llama.cpp build.
+GPU, the same GGUF files and the same llama.cpp build (`run_h200.sh bench` runs it).
 
-Per GGUF: `llama-batched-bench` (llama.cpp's decode with no server and no sampling, a KV stream per
-sequence and one unified pool), then llmflow serve, llama-server and every `--llmflow-variant` /
-`--llama-server-variant` at each concurrency, in an alternating order, for several rounds; with
-them, at the top concurrency, the same workload on the engine in this process (no HTTP: what
-serving costs). A row is a server's median round by output throughput, so every number in it comes
-from one real run. Last, one wave of `parallel` generations straight on the engine.
-
-    python benchmarks/gpu/bench_llama_cpp_gpu.py --bin BUILD/bin \\
-        --model Q4_K_M=models/llama3-8b-Q4_K_M.gguf --model f16=models/llama3-8b-f16.gguf \\
-        --tokenizer models/smollm2-135m-f16.gguf --out benchmarks/results/llama_cpp_gpu.json
+Per GGUF: `llama-batched-bench` (no server, no sampling; a KV stream per sequence, then one pool),
+then every server and `--*-variant` at each concurrency, alternated, for several rounds, with the
+same workload on the engine in this process at the top concurrency (what serving costs). A row is
+a server's median round by output throughput, so every number in it comes from one real run.
+Last, one wave of `parallel` generations straight on the engine.
 """
 
 from __future__ import annotations
@@ -43,29 +38,23 @@ from llmflow.bench.driver import parse_list  # noqa: E402
 IN_PROCESS = "llmflow in process"
 
 
-class Run:
-    """The arguments, the results so far and the clock; results are written after every part,
-    so a run cut short keeps what it measured."""
+STARTED = time.perf_counter()
 
-    def __init__(self, args: argparse.Namespace):
-        self.args, self.started = args, time.perf_counter()
-        paths = ("model", "bin", "out", "tokenizer", "commit")
-        config = {k: v for k, v in vars(args).items() if k not in paths}
-        self.doc: dict[str, Any] = {
-            "command": " ".join(["benchmarks/gpu/bench_llama_cpp_gpu.py", *_portable(sys.argv[1:])]),
-            "commit": args.commit, "machine": machine(), "config": config, "models": {},
-        }  # fmt: skip
 
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
+def elapsed() -> float:
+    """Seconds since the script started: the log's clock, and what `--budget-s` bounds."""
+    return time.perf_counter() - STARTED
 
-    def save(self) -> None:
-        """The summary to `--out`, every request's numbers to `raw/` beside it (`record.write_split`)."""
-        self.doc["elapsed_s"] = round(self.elapsed(), 1)
-        write_split(self.args.out, self.doc)
 
-    def log(self, message: str) -> None:
-        print(f"[{self.elapsed():6.1f}s] {message}", file=sys.stderr, flush=True)
+def log(message: str) -> None:
+    print(f"[{elapsed():6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def save(doc: dict[str, Any], out: Path) -> None:
+    """The summary to `out`, every request's numbers to `raw/` beside it (`record.write_split`);
+    called after every part, so a run cut short keeps what it measured."""
+    doc["elapsed_s"] = round(elapsed(), 1)
+    write_split(out, doc)
 
 
 def machine() -> dict[str, Any]:
@@ -128,10 +117,8 @@ def variants(server: str, specs: list[str]) -> dict[str, list[str]]:
 
 
 def bench(args: argparse.Namespace, concurrency: int, **target: Any) -> dict[str, Any]:
-    """One level of `llmflow bench`: against a server (`url`, output tokens re-tokenized with
-    `--tokenizer`, every server counted alike) or on the engine in this process (`model`,
-    `engine_options`: llmflow serve's), where what is left between it and llmflow serve is what
-    serving costs."""
+    """One level of `llmflow bench` against a server (`url`, output re-tokenized with `--tokenizer`
+    for every server alike) or on the engine in this process (`model`, `engine_options`)."""
     requests = max(args.min_requests, args.waves * concurrency)
     document = run_bench(BenchOptions(concurrency=(concurrency,), requests=requests, seed=args.seed,
                                       prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
@@ -141,8 +128,7 @@ def bench(args: argparse.Namespace, concurrency: int, **target: Any) -> dict[str
     return document
 
 
-def serve_and_bench(run: Run, label: str, model: Path) -> dict[str, Any]:
-    args = run.args
+def serve_and_bench(args: argparse.Namespace, label: str, model: Path) -> dict[str, Any]:
     names = [*variants("llmflow", args.llmflow_variant), *variants("llama-server", args.llama_server_variant)]
     ports = {name: free_port() for name in names}
     commands = server_commands(args, model, ports)
@@ -157,17 +143,17 @@ def serve_and_bench(run: Run, label: str, model: Path) -> dict[str, Any]:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         urls = {name: stack.enter_context(started(name, command, ports[name], logs, timeout_s=300))
                 for name, command in commands.items()}  # fmt: skip
-        run.log(f"{label}: {len(urls)} servers up")
+        log(f"{label}: {len(urls)} servers up")
         for r in range(args.rounds):
-            if r > 0 and run.elapsed() > args.budget_s:
-                run.log(f"{label}: time budget spent after {r} rounds")
+            if r > 0 and elapsed() > args.budget_s:
+                log(f"{label}: time budget spent after {r} rounds")
                 break
             for name, concurrency in jobs if r % 2 == 0 else jobs[::-1]:
                 there = {"url": urls[name], "tokenizer": str(args.tokenizer)}
                 document = bench(args, concurrency, **(here if name == IN_PROCESS else there))
                 documents[name].setdefault(concurrency, []).append(document)
                 s = document["levels"][0]["summary"]
-                run.log(f"{label} round {r + 1} {name} c={concurrency}: {s['output_throughput']:.0f} tok/s")
+                log(f"{label} round {r + 1} {name} c={concurrency}: {s['output_throughput']:.0f} tok/s")
     result = {
         "commands": {name: _portable(command) for name, command in commands.items()},
         "servers": {name: _server_rows(documents[name]) for name in names},
@@ -201,14 +187,14 @@ def _server_rows(by_level: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
     return rows
 
 
-def in_process(run: Run, label: str, model: Path) -> dict[str, Any]:
+def in_process(args: argparse.Namespace, label: str, model: Path) -> dict[str, Any]:
     """One wave of `parallel` greedy generations of the servers' workload on the engine in this
     process, after a warm-up wave: generated tokens over the wall time, no HTTP."""
     from llmflow.engines.llama_cpp_batched import LlamaCppBatchedEngine
     from llmflow.params import SamplingParams
     from llmflow.types import CancelToken
 
-    args, options = run.args, engine_options(run.args)
+    options = engine_options(args)
     engine = LlamaCppBatchedEngine.load(model, **options)
     rng = random.Random(args.seed)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
@@ -220,7 +206,7 @@ def in_process(run: Run, label: str, model: Path) -> dict[str, Any]:
     try:
         for attempt in ("warm-up", "measured"):
             wall, counts = at_once(max(args.concurrency), one)
-            run.log(f"{label} in process ({attempt}): {sum(counts) / wall:.0f} tok/s")
+            log(f"{label} in process ({attempt}): {sum(counts) / wall:.0f} tok/s")
     finally:
         engine.close()
     return {"engine_options": options, "wall_s": wall, "generated_tokens": sum(counts),
@@ -271,20 +257,22 @@ def main() -> None:
     p.add_argument("--commit", default="unknown", help="the llmflow commit measured")
     args = p.parse_args()
     args.concurrency = parse_list(args.concurrency, int, "concurrency")
-    run = Run(args)
+    config = {k: v for k, v in vars(args).items() if k not in ("model", "bin", "out", "tokenizer", "commit")}
+    doc = {"command": " ".join(["benchmarks/gpu/bench_llama_cpp_gpu.py", *_portable(sys.argv[1:])]),
+           "commit": args.commit, "machine": machine(), "config": config, "models": {}}  # fmt: skip
     for label, path in (pair.split("=", 1) for pair in args.model):
         model = Path(path)
-        entry: dict[str, Any] = run.doc["models"].setdefault(label, {"file": model.name})
+        entry: dict[str, Any] = doc["models"].setdefault(label, {"file": model.name})
         if "batched_bench" not in args.skip:
             entry["batched_bench"] = {"streams": batched_bench(args, model, unified=False),
                                       "unified": batched_bench(args, model, unified=True)}  # fmt: skip
-            run.save()
+            save(doc, args.out)
         if "servers" not in args.skip:
-            entry.update(serve_and_bench(run, label, model))
-            run.save()
+            entry.update(serve_and_bench(args, label, model))
+            save(doc, args.out)
         if "split" not in args.skip:
-            entry["in_process"] = in_process(run, label, model)
-            run.save()
+            entry["in_process"] = in_process(args, label, model)
+            save(doc, args.out)
 
 
 if __name__ == "__main__":
