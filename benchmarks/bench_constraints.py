@@ -46,8 +46,7 @@ def gbnf_rate(llm: LLM, max_tokens: int, grammar: Any) -> tuple[float, int]:
     llama = llm.engine.llama
     llama.reset()
     ids = llm.prepare(PROMPT, {"max_tokens": max_tokens}).prompt_ids
-    first = None
-    tokens = 0
+    first, tokens = None, 0
     for token in llama.generate(ids, temp=0.0, grammar=grammar):
         tokens += 1
         first = first or time.perf_counter()

@@ -25,9 +25,7 @@ def run_llmflow(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
 def run_raw(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
     llama = llm.engine.llama
     llama.reset()
-    start = time.perf_counter()
-    first = None
-    tokens = 0
+    start, first, tokens = time.perf_counter(), None, 0
     for part in llama.create_completion(PROMPT, max_tokens=max_tokens, temperature=0.0, stream=True):
         choice = part["choices"][0]
         if first is None and choice["text"]:
@@ -44,10 +42,8 @@ def main() -> None:
     llm = LLM.load()
     run_llmflow(llm, 16)  # warm-up both paths
     run_raw(llm, 16)
-    sides = {
-        "llmflow": partial(run_llmflow, llm, args.max_tokens),
-        "raw": partial(run_raw, llm, args.max_tokens),
-    }
+    sides = {"llmflow": partial(run_llmflow, llm, args.max_tokens),
+             "raw": partial(run_raw, llm, args.max_tokens)}  # fmt: skip
     results = alternated(sides, args.runs, warm_up=False)
     ttft, rate = ttft_and_rate(results)
     summary = {

@@ -56,10 +56,8 @@ def main() -> None:
     args = parser(__doc__, "benchmarks/results/lora.json", rounds=3, streams=4, max_tokens=64).parse_args()
     recording = Recording.begin("lora")
     with tempfile.TemporaryDirectory() as tmp:
-        options = {
-            "lora": make_adapters(Path(tmp)),
-            "prompt_cache": False,
-        }  # every round computes its prompts
+        # no prompt cache: every round computes its prompts
+        options = {"lora": make_adapters(Path(tmp)), "prompt_cache": False}
         llm = LLM.load(engine="llama_cpp_batched", parallel=args.streams, engine_options=options)
         for mode in MODES:  # warm-up
             run_round(llm, mode, args.streams, 8)

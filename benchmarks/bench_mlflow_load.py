@@ -117,12 +117,10 @@ def main() -> None:
         "log_model_s": float(logged["log_s"]),
         "save_model_s": float(logged["save_s"]),
         "in_process_s": {kind: spread(times) for kind, times in in_process.items()},
-        "fresh_process_s": {
-            kind: {key: spread(r[key] for r in records) for key in records[0]}
-            for kind, records in fresh.items()
-        },
+        "fresh_process_s": {kind: {key: spread(r[key] for r in records) for key in records[0]}
+                            for kind, records in fresh.items()},
         "targets": {"in_process_s": "<= 1"},
-    }
+    }  # fmt: skip
     samples = {"in_process_s": in_process, "fresh_process": fresh}
     recording.write(args.out, config=config, samples=samples, summary=summary)
 

@@ -1,11 +1,8 @@
 """One benchmark script on two checkouts of llmflow, alternated in one run: is a change's hot path
 slower? Each round runs each tree's own script on its own code in a child process, the first tree
 alternating, and reads the named figures from the result; a figure is looked up by name anywhere in
-the result (formats changed over time), a spread counting as its median.
-
-    python -m benchmarks.compare_trees --tree OLD_CHECKOUT --tree . --rounds 4 \\
-        --script benchmarks/bench_engine.py --args "--runs 3 --max-tokens 128" --figure tokens_per_s_ratio \\
-        --out benchmarks/results/engine_before_after.json
+the result (formats changed over time), a spread counting as its median (`bench_serving.py` shows
+a use).
 """
 
 from __future__ import annotations

@@ -463,8 +463,7 @@ def load(results: Path, name: str) -> tuple[Result | None, str]:
 def provenance(d: Result, path: str, part: Part) -> str:
     """The line under every table: where the numbers come from, and how busy the machine was."""
     commit = d["commit"] if isinstance(d["commit"], dict) else {"sha": d["commit"]}  # the GPU script's
-    sha = commit.get("sha") or "unknown"
-    sha = sha[:10] if re.fullmatch(r"[0-9a-f]{40}", sha) else sha
+    sha = re.sub(r"^([0-9a-f]{10})[0-9a-f]{30}$", r"\1", commit.get("sha") or "unknown")  # a full sha, short
     sha += " + changes" if commit.get("dirty") else ""
     m, quick = d["machine"], d.get("quick")
     if "cpu_model" in m:

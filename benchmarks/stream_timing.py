@@ -17,9 +17,7 @@ def time_stream(
     token, tokens generated as the final chunk's usage counts them). `final_tokens`: a chunk's
     token count when it is the final one, else None (default: llmflow's `Chunk`)."""
     final_tokens = final_tokens or (lambda chunk: chunk.usage.completion_tokens if chunk.is_final else None)
-    start = time.perf_counter()
-    first = None
-    tokens = 0
+    start, first, tokens = time.perf_counter(), None, 0
     for chunk in start_stream():
         counted = final_tokens(chunk)
         if counted is not None:

@@ -32,12 +32,6 @@ class Benchmark:
     quick: tuple[str, ...]
     about: str
 
-    def result(self, quick: bool, root: Path = RESULTS) -> Path:
-        return (root / "quick" if quick else root) / f"{self.name}.json"
-
-    def command(self, quick: bool, out: Path, python: str = "python") -> list[str]:
-        return [python, "-m", self.module, *(self.quick if quick else self.args), "--out", str(out)]
-
 
 SUITE: tuple[Benchmark, ...] = (
     Benchmark("engine", "benchmarks.bench_engine",

@@ -3,8 +3,6 @@
 The peer then runs the very llama.cpp that llmflow links against, with the same instruction sets
 (`scripts/build_llama_cpp.py`'s flags). The build is cached outside the repository (default
 `~/.cache/llmflow-peers`) while its stamp matches; without `--sdist` the sdist is `pip download`ed.
-
-    python -m benchmarks.peers.build_llama_server [--sdist llama_cpp_python-X.tar.gz] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -80,10 +78,9 @@ def extra_cmake_options() -> list[str]:
 TARGETS = ("llama-server", "llama-batched-bench")
 
 
-def build(source: Path, build_dir: Path, jobs: int) -> Path:
-    """Configure and build the `TARGETS` only (Ninja when present)."""
+def build(source: Path, build_dir: Path, jobs: int, options: list[str]) -> Path:
+    """Configure with `options` and build the `TARGETS` only (Ninja when present)."""
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    options = [*CMAKE_OPTIONS, *extra_cmake_options()]
     subprocess.run(["cmake", "-S", str(source), "-B", str(build_dir), *generator, *options], check=True)
     subprocess.run(["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs)], check=True)
     binary = build_dir / "bin" / "llama-server"
@@ -102,8 +99,7 @@ def ensure_llama_server(sdist: Path | None, cache: Path = DEFAULT_CACHE, jobs: i
     wanted = {"sdist": sdist.name, "size": sdist.stat().st_size, "cmake": cmake, "targets": list(TARGETS)}
     if binary.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == wanted:
         return binary
-    source = llama_cpp_source(sdist, cache)
-    binary = build(source, build_dir, jobs or os.cpu_count() or 1)
+    binary = build(llama_cpp_source(sdist, cache), build_dir, jobs or os.cpu_count() or 1, cmake)
     stamp.write_text(json.dumps(wanted))
     return binary
 

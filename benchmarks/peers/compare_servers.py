@@ -1,15 +1,10 @@
 """llmflow serve against the strongest CPU peers, side by side in one run, measured with `llmflow bench`.
 
-On the same GGUF, threads and prompts, kept up for the whole run: `llmflow` (`llmflow serve`,
-batching engine), `llama-server` (llama.cpp's own, built from the pinned sdist's llama.cpp by
-`build_llama_server.py`), `example-server` (llama-cpp-python's example batching server, with
-`--example-server`) and `llama_cpp.server` (one request at a time). Workloads: closed loops at each
-`--concurrency`, Poisson arrivals at each `--rates` and a shared-prefix chat at
-`--prefix-concurrency`. The servers' order rotates from workload to workload and round to round,
-so drift on a shared machine lands on all alike. Output tokens are counted by re-tokenizing every
-answer (not every server sends usage).
-
-    python -m benchmarks.peers.compare_servers --example-server PATH/examples/server/server.py
+On the same GGUF, threads and prompts: `llmflow` (batching engine), `llama-server` (built from the
+pinned sdist's llama.cpp), `example-server` (llama-cpp-python's example batching server) and
+`llama_cpp.server` (one request at a time), at closed-loop `--concurrency` levels, Poisson `--rates`
+and a shared-prefix chat. The servers' order rotates by workload and round, so drift on a shared
+machine lands on all alike; output tokens are re-tokenized (not every server sends usage).
 """
 
 from __future__ import annotations
@@ -50,8 +45,7 @@ class Setup:
 
     @classmethod
     def of(cls, args: argparse.Namespace, model: Path, logs: Path, *more: str) -> Setup:
-        """The setup that `add_peer_arguments`, `--parallel` and `--n-ctx` give, llama-server built
-        from the pinned sdist unless `--llama-server` names one; `more`: more llama-server options."""
+        """The setup of `add_peer_arguments`, `--parallel` and `--n-ctx`; `more`: llama-server options."""
         args.llama_server = args.llama_server or ensure_llama_server(args.sdist)
         peer_args = (*more, *shlex.split(args.llama_server_args))
         servers = (args.llama_server, args.example_server)
@@ -76,9 +70,8 @@ class Workload:
     prefix: tuple[int, int] | None = None
 
     def for_round(self, round_: int, logs: Path) -> BenchOptions:
-        """This round's requests: synthetic prompts from a seed of the round's own, a dataset
-        with the round's own questions. Servers with a prompt cache (llama-server, the example
-        server) would otherwise answer the next rounds' repeated prompts from it."""
+        """This round's requests, new in every round: a server's prompt cache would otherwise
+        answer the repeated prompts."""
         options = replace(self.options, seed=self.options.seed + round_)
         if self.prefix is None:
             return options
@@ -141,9 +134,8 @@ def serve(setup: Setup, name: str, log: str | None = None, **more: str) -> Abstr
 
 
 def shared_prefix_dataset(path: Path, requests: int, system_words: int, seed: int, round_: int = 0) -> Path:
-    """A chat dataset whose every request starts with the same long system prompt (the same in
-    every round, as a deployed system prompt stays) and asks a question of its own (new in each
-    round, so that no server answers a repeated prompt from its cache)."""
+    """Chat requests that share a long system prompt (in every round, as a deployed one stays),
+    each with a question of its own (new in each round: no answer from a prompt cache)."""
     rng = random.Random(f"{seed}:system")
     words = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
              "from", "his", "her", "it", "an", "be", "this"]  # fmt: skip
