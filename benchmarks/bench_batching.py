@@ -9,9 +9,7 @@ alternate from round to round, and the 8-over-1 ratio is taken round by round.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ctypes
-import datetime as dt
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,17 +17,11 @@ from typing import Any
 from benchmarks.peers.build_llama_server import DEFAULT_CACHE
 from benchmarks.record import Recording, paired_ratios, rotated, spread
 from benchmarks.suite import parser
-from llmflow import LLM
-from llmflow.bench.driver import ITL_NOTE, parse_list, requests_for
-from llmflow.bench.inprocess import InProcessBackend
-from llmflow.bench.report import Settings, Target, build_document
-from llmflow.bench.sweep import Level, Plan, Sweep, run_sweep
-from llmflow.bench.tokens import TokenCounter
-from llmflow.bench.workload import synthetic_requests
+from llmflow.bench import BenchOptions, run_bench
+from llmflow.bench.driver import parse_list
 from llmflow.engines.llama_cpp import usable_cores
 from llmflow.model_files import default_model_path
 
-ENGINE = "llama_cpp_batched"
 #: llama.cpp's file types (`LLAMA_FTYPE_MOSTLY_*`) this benchmark requantizes to
 FTYPES = {"Q4_0": 2, "Q8_0": 7}
 MODELS = DEFAULT_CACHE / "models"
@@ -82,38 +74,12 @@ def requantized(source: Path, quant: str) -> Path:
 
 
 def in_process(model: Path, levels: tuple[int, ...], args: argparse.Namespace) -> dict:
-    """One sweep over every level with `LLM.stream` in threads: llmflow bench's closed loop and
-    statistics, on the batching engine."""
-    started = dt.datetime.now(dt.timezone.utc)
+    """One `llmflow bench` sweep over every level on the engine in this process: with several
+    streams at the top level, the batching engine, as `llmflow serve` loads it."""
     options = {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": max(levels)}
-    llm = LLM.load(model, engine=ENGINE, engine_options=options)
-    counter = TokenCounter.from_llm(llm)
-    backend = InProcessBackend(llm, api="chat", max_workers=max(levels), owns_llm=True)
-    plan_levels = []
-    for concurrency in levels:
-        level = Level(concurrency=concurrency)
-        count = requests_for(level, args.requests)
-        specs = synthetic_requests(count, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
-                                   seed=args.seed, key=level.key, counter=counter)  # fmt: skip
-        plan_levels.append((level, specs))
-    warmup = synthetic_requests(
-        1, prompt_tokens=args.prompt_tokens, max_tokens=16, seed=args.seed, key="warmup", counter=counter
-    )
-    sweep = Sweep()
-
-    async def run() -> None:
-        try:
-            await run_sweep(backend, Plan(plan_levels, warmup[0], args.seed), sweep, counter=counter)
-        finally:
-            await backend.aclose()
-
-    asyncio.run(run())
-    settings = Settings(requests=[len(specs) for _, specs in plan_levels], prompt_tokens=args.prompt_tokens,
-                        max_tokens=args.max_tokens, dataset=None, temperature=0.0, seed=args.seed,
-                        tokenizer=llm.model_name, request_usage=True, warmup=True,
-                        timeout_s=None)  # fmt: skip
-    target = Target("in_process", None, "chat", f"{model.name} ({ENGINE})")
-    return build_document(sweep, target, settings, [ITL_NOTE], started)
+    return run_bench(BenchOptions(model=str(model), concurrency=levels, requests=args.requests,
+                                  prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+                                  seed=args.seed, engine_options=options))  # fmt: skip
 
 
 def summarize(samples: dict[str, list[Any]], levels: tuple[int, ...]) -> dict[str, Any]:
