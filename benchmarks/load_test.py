@@ -126,8 +126,7 @@ async def _client(url: str, model: str, args: argparse.Namespace, r: LoadResult,
 
 
 def load(url: str, args: argparse.Namespace) -> LoadResult:
-    r = LoadResult(clients=args.clients)
-    model = model_id(f"{url}/v1")
+    r, model = LoadResult(clients=args.clients), model_id(f"{url}/v1")
     r.seconds = clients(args.clients, partial(_client, url, model, args, r), args.duration)
     r.busy_sequences_after = busy_sequences(wait_idle(url))
     if r.ttfts:

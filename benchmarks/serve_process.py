@@ -204,8 +204,7 @@ def started(name: str, command: list[str], port: int, logs: Path, timeout_s: flo
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:
         if not answers(process, f"http://127.0.0.1:{port}/v1/models", timeout_s):
-            code = process.poll()
-            raise SystemExit(f"{name} did not start (exit status {code}):\n{log.read_text()[-2000:]}")
+            raise SystemExit(f"{name} did not start (exit {process.poll()}):\n{log.read_text()[-2000:]}")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         process.terminate()

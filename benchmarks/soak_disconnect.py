@@ -123,11 +123,8 @@ async def _client(
     url: str, model: str, queue: asyncio.Queue[str], args: argparse.Namespace, r: SoakResult, deadline: float
 ) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
-        while time.monotonic() < deadline:
-            try:
-                cut = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
+        while time.monotonic() < deadline and not queue.empty():  # no await before the get
+            cut = queue.get_nowait()
             r.streams += 1
             r.cuts[cut] += 1
             try:

@@ -8,7 +8,7 @@ The peer then runs the very llama.cpp that llmflow links against, with the same 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
 import re
@@ -65,11 +65,8 @@ def extra_cmake_options() -> list[str]:
     (AMX off, so that the peer neither crashes on AMX Xeons nor computes with other kernels),
     then `CMAKE_ARGS`, which both builds read last."""
     if str(BUILD_SCRIPT.parent) not in sys.path:
-        sys.path.insert(0, str(BUILD_SCRIPT.parent))  # the script imports its sibling `heartbeat`
-    spec = importlib.util.spec_from_file_location("build_llama_cpp", BUILD_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    build_llama_cpp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build_llama_cpp)
+        sys.path.insert(0, str(BUILD_SCRIPT.parent))  # the script and its sibling `heartbeat`
+    build_llama_cpp = importlib.import_module(BUILD_SCRIPT.stem)
     flags = [a for a in build_llama_cpp.cmake_args(build_llama_cpp.this_cpu_flags()) if "GGML_" in a]
     return [*flags, *shlex.split(os.environ.get("CMAKE_ARGS", ""))]
 
