@@ -105,11 +105,8 @@ def measure_batched(args: argparse.Namespace) -> Series:
     options = {"n_ctx": 1024, "parallel": STREAMS, "ignore_eos": True}
     llm = LLM.load(engine="llama_cpp_batched", engine_options=options)
     params = {"max_tokens": args.max_tokens, "temperature": 0.8}
-    constraint = Constraint.json_schema(SCHEMA)
-    sides = {"unconstrained": None, "constrained": constraint}
-    return measure(
-        llm, args.rounds, {side: partial(batched_rate, llm, params, c) for side, c in sides.items()}
-    )
+    sides = {"unconstrained": None, "constrained": Constraint.json_schema(SCHEMA)}
+    return measure(llm, args.rounds, {s: partial(batched_rate, llm, params, c) for s, c in sides.items()})
 
 
 def measure(llm: LLM, rounds: int, sides: dict[str, Any]) -> Series:

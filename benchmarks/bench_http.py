@@ -56,10 +56,8 @@ class Sample:
 
 def timed(texts: Iterable[str]) -> Sample:
     """Time a stream of text pieces (the clock starts when `texts` is created by the caller)."""
-    start = time.perf_counter()
-    cpu_start = time.process_time()
-    first = last = None
-    chunks = 0
+    start, cpu_start = time.perf_counter(), time.process_time()
+    first, last, chunks = None, None, 0
     for text in texts:
         if not text:
             continue
@@ -146,7 +144,6 @@ def ratios(samples: dict[str, list[Sample]]) -> dict[str, dict | None]:
         return paired_ratios([s.decode_tok_s for s in samples[a]], [s.decode_tok_s for s in samples[b]])
 
     pairs = zip(samples["llmflow_http"], samples["in_process"], strict=True)
-
     return {
         "http_over_in_process_tok_s": ratio("llmflow_http", "in_process"),  # target >= 0.97
         "http_over_in_process_pyfunc_tok_s": ratio("llmflow_http", "in_process_pyfunc"),

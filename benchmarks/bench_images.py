@@ -79,14 +79,12 @@ def image_chunks(url: str) -> dict[str, float]:
 
 def one_server(url: str, name: str, round_: int, args: argparse.Namespace) -> dict[str, Any]:
     """A warm-up (one text, one image request), then `args.requests` of each kind."""
-    model = model_id(url)
-    tag = f"{name}-{round_}"
+    model, tag = model_id(url), f"{name}-{round_}"
     timed_chat(url, model, messages(f"warm-{tag}", None), args.max_tokens)
     timed_chat(url, model, messages(f"warm-image-{tag}", photo(10**6 + round_)), args.max_tokens)
     before = image_chunks(url) if name == "llmflow" else None
     # the same image seeds for every server in a round, new ones each round
-    seeds = [1000 * (round_ + 1) + i for i in range(args.requests)]
-    images = [photo(s) for s in seeds]
+    images = [photo(1000 * (round_ + 1) + i) for i in range(args.requests)]
     requests: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     for i, image in enumerate(images):
         requests["text"].append(timed_chat(url, model, messages(f"text-{tag}-{i}", None), args.max_tokens))
@@ -122,9 +120,9 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             entry["image_chunks"] = {k: sum(r["image_chunks"][k] for r in rounds[name])
                                      for k in ("encoded", "reused")}  # fmt: skip
         servers[name] = entry
-    ratios = {}  # round by round, where both servers ran (a round without a figure left out)
-    for kind in KINDS if set(SERVERS) <= set(rounds) else ():
-        ratios[f"{kind}_ttft"] = paired_ratios(*(values(name, f"{kind}_ttft_s") for name in SERVERS))
+    # round by round, where both servers ran (a round without a figure left out)
+    ratios = {f"{kind}_ttft": paired_ratios(*(values(name, f"{kind}_ttft_s") for name in SERVERS))
+              for kind in (KINDS if set(SERVERS) <= set(rounds) else ())}  # fmt: skip
     return {"servers": servers, "llmflow_over_llama_server": ratios}
 
 

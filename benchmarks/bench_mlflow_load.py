@@ -9,6 +9,7 @@ share); kinds alternate. The default model should load in at most 1 s once its f
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -19,8 +20,11 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+import mlflow
+
 from benchmarks.record import Recording, alternated, spread
 from benchmarks.suite import parser
+from llmflow import LLM
 
 REGISTERED = "bench-load"
 
@@ -43,8 +47,6 @@ CHILD = textwrap.dedent(
 
 def log_once(root: Path) -> dict[str, str]:
     """Log (and register) the embedded model; also save it to a local directory."""
-    import mlflow
-
     import llmflow.mlflow
 
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -96,13 +98,6 @@ def main() -> None:
     # --runs: in-process loads per kind; --processes: fresh-process loads per kind
     args = parser(__doc__, "benchmarks/results/mlflow_load.json", runs=7, processes=5).parse_args()
     recording = Recording.begin("mlflow_load")
-
-    import logging
-
-    import mlflow
-
-    from llmflow import LLM
-
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     with tempfile.TemporaryDirectory() as tmp:

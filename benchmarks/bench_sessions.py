@@ -54,8 +54,7 @@ def session(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def short_requests(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    model = model_id(url)
-    ttfts = []
+    model, ttfts = model_id(url), []
     for i in range(args.short_requests):
         word = WORDS[(seed + i) % len(WORDS)]
         question = f"Request {seed}-{i}: in one sentence, why do {word}s matter to a shop?"

@@ -108,9 +108,7 @@ def summarize(rounds: list[dict[str, list[dict[str, Any]]]], table: dict[str, tu
 def parse_args() -> argparse.Namespace:
     p = parser(__doc__, rounds=3, max_tokens=256, n_ctx=2048)
     p.add_argument("--draft-max", type=int, default=DRAFT_MAX, help="llmflow's draft tokens per pass at most")
-    p.add_argument(
-        "--spec-type", action="append", help="llama-server --spec-type (default: ngram-simple, ngram-mod)"
-    )
+    p.add_argument("--spec-type", action="append", help="llama-server's (default: ngram-simple, ngram-mod)")
     add_peer_arguments(p)
     args = p.parse_args()
     args.spec_type = args.spec_type or ["ngram-simple", "ngram-mod"]

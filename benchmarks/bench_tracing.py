@@ -67,7 +67,6 @@ def wrapper_cost_us(chunks: int, traced: bool) -> float:
 def main() -> None:
     args = parser(__doc__, "benchmarks/results/tracing.json", runs=9, max_tokens=256).parse_args()
     recording = Recording.begin("tracing")
-
     with tempfile.TemporaryDirectory() as tmp:
         mlflow.set_tracking_uri(f"sqlite:///{Path(tmp) / 'mlflow.db'}")
         experiment_id = mlflow.MlflowClient().create_experiment("bench", artifact_location=Path(tmp).as_uri())

@@ -26,10 +26,8 @@ def find(document: Any, name: str) -> float | None:
         if name in document:
             value = document[name]
             return value.get("median") if isinstance(value, dict) else value
-        for value in document.values():
-            found = find(value, name)
-            if found is not None:
-                return found
+        found = (find(value, name) for value in document.values())
+        return next((value for value in found if value is not None), None)
     return None
 
 
@@ -62,8 +60,7 @@ def main() -> None:
                     samples[label][figure].append(find(result, figure))
     summary = {label: {f: spread(v) for f, v in figures.items()} for label, figures in samples.items()}
     config = {"script": args.script, "args": args.args, "rounds": args.rounds, "trees": commits}
-    hide = [str(tree) for tree in trees.values()]
-    recording.write(args.out, config=config, samples=samples, summary=summary, hide=hide)
+    recording.write(args.out, config=config, samples=samples, summary=summary, hide=map(str, trees.values()))
 
 
 if __name__ == "__main__":

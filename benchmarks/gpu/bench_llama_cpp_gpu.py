@@ -79,13 +79,10 @@ def batched_bench(args: argparse.Namespace, model: Path, unified: bool) -> dict[
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not rows:
         return {"command": _portable(command), "error": done.stderr[-2000:]}
-    return {
-        "command": _portable(command),
-        "rows": rows,
-        "decode_tok_s": {str(r["pl"]): r["speed_tg"] for r in rows},
-        # the generated tokens over prefill and decode together (no overlap: all prompts first)
-        "generated_tok_s": {str(r["pl"]): r["pl"] * r["tg"] / (r["t_pp"] + r["t_tg"]) for r in rows},
-    }
+    decode = {str(r["pl"]): r["speed_tg"] for r in rows}
+    # the generated tokens over prefill and decode together (no overlap: all prompts first)
+    generated = {str(r["pl"]): r["pl"] * r["tg"] / (r["t_pp"] + r["t_tg"]) for r in rows}
+    return {"command": _portable(command), "rows": rows, "decode_tok_s": decode, "generated_tok_s": generated}
 
 
 def server_commands(args: argparse.Namespace, model: Path, ports: dict[str, int]) -> dict[str, list[str]]:
