@@ -20,8 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run(benchmark: Benchmark, quick: bool, extra: list[str]) -> int:
-    out = benchmark.result(quick)
-    command = [*benchmark.command(quick, out.relative_to(REPO), python=sys.executable), *extra]
+    out = (RESULTS / "quick" if quick else RESULTS) / f"{benchmark.name}.json"
+    arguments = [*(benchmark.quick if quick else benchmark.args), "--out", str(out.relative_to(REPO)), *extra]
+    command = [sys.executable, "-m", benchmark.module, *arguments]
     print(f"==> {benchmark.name}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     if quick:
@@ -52,30 +53,27 @@ def main() -> None:
     stripper = commands.add_parser("strip", help="move result files' raw samples to raw/ beside them")
     stripper.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args()
-
     if args.command == "strip":
         for path in args.files:
             write_split(path, json.loads(path.read_text(encoding="utf-8")))
-        return
-    if args.command == "list":
+    elif args.command == "list":
         for benchmark in SUITE:
             print(f"{benchmark.name:12} {benchmark.about}")
-        return
-    if args.command == "render":
+    elif args.command == "render":
         changed = render_all(args.results, write=not args.check)
         if args.check and changed:
             raise SystemExit(f"out of date: {', '.join(changed)} (run python -m benchmarks render)")
-        return
-    failed = []
-    for name in args.names or [b.name for b in SUITE]:
-        extra = peer_arguments(args) if BY_NAME[name].module in PEER_MODULES else []
-        if run(BY_NAME[name], args.quick, extra) != 0:
-            failed.append(name)
-            if not args.keep_going:
-                break
-    render_all(RESULTS, write=True)
-    if failed:
-        raise SystemExit(f"failed: {', '.join(failed)}")
+    else:  # run: the named benchmarks (all by default), then the documents from what they wrote
+        failed = []
+        for name in args.names or [b.name for b in SUITE]:
+            extra = peer_arguments(args) if BY_NAME[name].module in PEER_MODULES else []
+            if run(BY_NAME[name], args.quick, extra) != 0:
+                failed.append(name)
+                if not args.keep_going:
+                    break
+        render_all(RESULTS, write=True)
+        if failed:
+            raise SystemExit(f"failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -1,102 +1,67 @@
 """Continuous batching on llama.cpp, per weight type: 8 streams against 1 on the batching engine.
 
-For the embedded model (SmolLM2-135M Q4_1) and its Q4_0 and Q8_0 requantizations (made once with
-llama.cpp's `llama_model_quantize` into a cache directory; requantized from Q4_1, so they keep its
-precision, but they run llama.cpp's Q4_0 / Q8_0 kernels, which llama.cpp repacks for AVX2/AVX512),
-each round measures, for every weight type in an order that rotates from round to round, the
-batching engine in process (`LLM.stream`, `llmflow bench`'s closed loop) at each level of
-`--concurrency` (the order of the levels alternates too): aggregate output tokens/s, TTFT, ITL.
-The summary gives medians with min-max, and the ratio of 8 streams over 1 round by round.
-
-    python -m benchmarks.bench_batching --threads 2 --rounds 5
+The embedded model (Q4_1) and its Q4_0 and Q8_0 requantizations (made once with llama.cpp's own
+quantizer: Q4_1's precision, but llama.cpp's Q4_0 / Q8_0 kernels, which it repacks for AVX2/AVX512),
+each at every `--concurrency` in process (`llmflow bench`'s closed loop); weight types and levels
+alternate from round to round, and the 8-over-1 ratio is taken round by round.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import datetime as dt
+import ctypes
 import sys
 from pathlib import Path
 from typing import Any
 
-from llmflow import LLM
-from llmflow.bench.driver import ITL_NOTE, parse_list, requests_for
-from llmflow.bench.inprocess import InProcessBackend
-from llmflow.bench.report import Settings, Target, build_document
-from llmflow.bench.sweep import Level, Plan, Sweep, run_sweep
-from llmflow.bench.tokens import TokenCounter
-from llmflow.bench.workload import synthetic_requests
+from benchmarks.peers.build_llama_server import DEFAULT_CACHE
+from benchmarks.record import Recording, paired_ratios, rotated, spread
+from benchmarks.suite import parser
+from llmflow.bench import BenchOptions, run_bench
+from llmflow.bench.driver import parse_list
 from llmflow.engines.llama_cpp import usable_cores
 from llmflow.model_files import default_model_path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers.build_llama_server import DEFAULT_CACHE
-from record import Recording, paired_ratios, rotated, spread
-
-ENGINE = "llama_cpp_batched"
 #: llama.cpp's file types (`LLAMA_FTYPE_MOSTLY_*`) this benchmark requantizes to
 FTYPES = {"Q4_0": 2, "Q8_0": 7}
+MODELS = DEFAULT_CACHE / "models"
 
 
 def main() -> None:
-    args = parse_args()
+    p = parser(__doc__, "benchmarks/results/batching.json", prompt_tokens=128, max_tokens=128, n_ctx=1024,
+               rounds=5, seed=0)  # fmt: skip
+    p.add_argument("--model", type=Path, default=None, help="GGUF file; default: the embedded model")
+    p.add_argument("--threads", type=int, default=usable_cores())
+    p.add_argument("--concurrency", default="1,8", help="streams on the batching engine")
+    p.add_argument("--requests", type=int, default=None, help="per level; default: 4 per stream, >= 8")
+    args = p.parse_args()
     recording = Recording.begin("batching")
     source = (args.model or default_model_path()).resolve()
-    models = {"Q4_1": source} | {
-        q: requantized(source, q, args.cache_dir) for q in args.quants if q in FTYPES
-    }
+    models = {"Q4_1": source} | {quant: requantized(source, quant) for quant in FTYPES}
     levels = parse_list(args.concurrency, int, "concurrency")
-    parallel = max(levels)
-    samples: dict[str, dict[str, list[Any]]] = {q: {"engine": []} for q in models}
-    names = list(models)
+    samples: dict[str, dict[str, list[Any]]] = {quant: {"engine": []} for quant in models}
     for r in range(args.rounds):
-        for quant in rotated(names, r):
+        for quant in rotated(list(models), r):
             print(f"round {r + 1}/{args.rounds} · {quant}", file=sys.stderr)
             order = levels if r % 2 == 0 else levels[::-1]
-            samples[quant]["engine"].append(in_process(models[quant], order, parallel, args))
-    config = {"model": source.name, "quants": names, "requantized_from": source.name, "threads": args.threads,
-              "concurrency": list(levels), "parallel": parallel, "prompt_tokens": args.prompt_tokens,
-              "max_tokens": args.max_tokens, "n_ctx": args.n_ctx, "rounds": args.rounds}  # fmt: skip
+            samples[quant]["engine"].append(in_process(models[quant], order, args))
+    config = {"model": source.name, "quants": list(models), "requantized_from": source.name,
+              "threads": args.threads, "concurrency": list(levels), "parallel": max(levels),
+              "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens, "n_ctx": args.n_ctx,
+              "rounds": args.rounds}  # fmt: skip
     summary = {quant: summarize(by_quant, levels) for quant, by_quant in samples.items()}
-    hide = [str(m) for m in models.values()] + [str(args.cache_dir)]
+    hide = [str(m) for m in models.values()] + [str(MODELS)]
     recording.write(args.out, config=config, samples=samples, summary=summary, hide=hide)
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=None, help="GGUF file; default: the embedded model")
-    parser.add_argument(
-        "--quants", default="Q4_0,Q8_0", help="requantizations to add to the model's own type"
-    )
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE / "models")
-    parser.add_argument("--threads", type=int, default=usable_cores())
-    parser.add_argument("--concurrency", default="1,8", help="streams on the batching engine")
-    parser.add_argument("--requests", type=int, default=None, help="per level; default: 4 per stream, >= 8")
-    parser.add_argument("--prompt-tokens", type=int, default=128)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--n-ctx", type=int, default=1024, help="each stream's context window")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/batching.json"))
-    args = parser.parse_args()
-    args.quants = [q.strip() for q in args.quants.split(",") if q.strip()]
-    unknown = [q for q in args.quants if q not in FTYPES]
-    if unknown:
-        parser.error(f"--quants: {', '.join(unknown)} not among {', '.join(FTYPES)}")
-    return args
-
-
-def requantized(source: Path, quant: str, cache: Path) -> Path:
-    """`source` requantized to `quant` with llama.cpp's own quantizer, made once into `cache`."""
-    import ctypes
-
+def requantized(source: Path, quant: str) -> Path:
+    """`source` requantized to `quant` with llama.cpp's own quantizer, made once into `MODELS`."""
     import llama_cpp
 
-    target = cache / f"{source.stem}.requantized-{quant}.gguf"
+    target = MODELS / f"{source.stem}.requantized-{quant}.gguf"
     if target.is_file():
         return target
-    cache.mkdir(parents=True, exist_ok=True)
+    MODELS.mkdir(parents=True, exist_ok=True)
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = FTYPES[quant]
     params.allow_requantize = True
@@ -108,39 +73,13 @@ def requantized(source: Path, quant: str, cache: Path) -> Path:
     return target
 
 
-def in_process(model: Path, levels: tuple[int, ...], parallel: int, args: argparse.Namespace) -> dict:
-    """One sweep over every level with `LLM.stream` in threads: llmflow bench's closed loop and
-    statistics, on the batching engine."""
-    started = dt.datetime.now(dt.timezone.utc)
-    options = {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": parallel}
-    llm = LLM.load(model, engine=ENGINE, engine_options=options)
-    counter = TokenCounter.from_llm(llm)
-    backend = InProcessBackend(llm, api="chat", max_workers=max(levels), owns_llm=True)
-    plan_levels = []
-    for concurrency in levels:
-        level = Level(concurrency=concurrency)
-        count = requests_for(level, args.requests)
-        specs = synthetic_requests(count, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
-                                   seed=args.seed, key=level.key, counter=counter)  # fmt: skip
-        plan_levels.append((level, specs))
-    warmup = synthetic_requests(
-        1, prompt_tokens=args.prompt_tokens, max_tokens=16, seed=args.seed, key="warmup", counter=counter
-    )
-    sweep = Sweep()
-
-    async def run() -> None:
-        try:
-            await run_sweep(backend, Plan(plan_levels, warmup[0], args.seed), sweep, counter=counter)
-        finally:
-            await backend.aclose()
-
-    asyncio.run(run())
-    settings = Settings(requests=[len(specs) for _, specs in plan_levels], prompt_tokens=args.prompt_tokens,
-                        max_tokens=args.max_tokens, dataset=None, temperature=0.0, seed=args.seed,
-                        tokenizer=llm.model_name, request_usage=True, warmup=True,
-                        timeout_s=None)  # fmt: skip
-    target = Target("in_process", None, "chat", f"{model.name} ({ENGINE})")
-    return build_document(sweep, target, settings, [ITL_NOTE], started)
+def in_process(model: Path, levels: tuple[int, ...], args: argparse.Namespace) -> dict:
+    """One `llmflow bench` sweep over every level on the engine in this process: with several
+    streams at the top level, the batching engine, as `llmflow serve` loads it."""
+    options = {"n_threads": args.threads, "n_ctx": args.n_ctx, "parallel": max(levels)}
+    return run_bench(BenchOptions(model=str(model), concurrency=levels, requests=args.requests,
+                                  prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+                                  seed=args.seed, engine_options=options))  # fmt: skip
 
 
 def summarize(samples: dict[str, list[Any]], levels: tuple[int, ...]) -> dict[str, Any]:
@@ -154,21 +93,15 @@ def summarize(samples: dict[str, list[Any]], levels: tuple[int, ...]) -> dict[st
             values.append(value.get(stat) if stat and value else value)
         return values
 
-    result: dict[str, Any] = {
-        "engine": {
-            c: {
-                "output_tok_s": spread(engine(c, "output_throughput")),
-                "ttft_p50_s": spread(engine(c, "ttft_s", "median")),
-                "itl_p50_s": spread(engine(c, "itl_s", "median")),
-                "failed": sum(v or 0 for v in engine(c, "failed")),
-            }
-            for c in levels
-        },
-    }
+    result: dict[str, Any] = {"engine": {c: {
+        "output_tok_s": spread(engine(c, "output_throughput")),
+        "ttft_p50_s": spread(engine(c, "ttft_s", "median")),
+        "itl_p50_s": spread(engine(c, "itl_s", "median")),
+        "failed": sum(v or 0 for v in engine(c, "failed")),
+    } for c in levels}}  # fmt: skip
     if 1 in levels and 8 in levels:
-        result["engine_8_over_1"] = paired_ratios(
-            engine(8, "output_throughput"), engine(1, "output_throughput")
-        )
+        rates = {c: engine(c, "output_throughput") for c in (1, 8)}
+        result["engine_8_over_1"] = paired_ratios(rates[8], rates[1])
     return result
 
 

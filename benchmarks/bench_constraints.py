@@ -2,29 +2,22 @@
 unconstrained, on `llama_cpp` (one stream) and `llama_cpp_batched` (8 streams at once), beside
 llama.cpp's own GBNF grammar sampler on the same model; and schema compile time, cold and cached.
 
-The schema asks for an array of at least 50 short strings, so a constrained answer does not end
-before `max_tokens`; both engines load with `ignore_eos`, so an unconstrained one does not either,
-and every side decodes the same positions. The one-stream sides run greedy and, again, sampled at
-temperature 0.8: a greedy step checks the top token against the constraint and computes the whole
-mask only when it is refused, a sampled step always computes the mask. Rounds alternate the
-sides in a rotating order; decode tokens/s is counted from the first token to the last.
-
-    python -m benchmarks.bench_constraints --rounds 5 --max-tokens 128
+The schema wants at least 50 strings and both engines ignore EOS, so every side decodes the same
+positions. One stream runs greedy and again sampled: a greedy step computes the whole mask only
+when the top token is refused, a sampled step always does. Sides alternate in a rotating order.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
+from functools import partial
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, alternated, paired_ratios, spread
-from stream_timing import at_once, decode_speed
-
+from benchmarks.record import Recording, alternated, paired_ratios, spread
+from benchmarks.stream_timing import at_once, decode_speed
+from benchmarks.suite import parser
 from llmflow import LLM
 from llmflow.constraints import Constraint
 from llmflow.constraints.compiler import ConstraintCompiler, lltokenizer
@@ -39,6 +32,8 @@ PROPERTIES = {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 
 OBJECT = {"type": "object", "properties": PROPERTIES, "required": ["name", "age"]}
 COMPILE_SCHEMAS = {"array_of_strings": SCHEMA, "object": OBJECT}
 STREAMS = 8
+#: every side's decode tokens/s and tokens, round by round
+Series = tuple[dict[str, list[float]], dict[str, list[int]]]
 
 
 def decode_rate(llm: LLM, params: dict[str, Any], constraint: Constraint | None) -> tuple[float, int]:
@@ -51,8 +46,7 @@ def gbnf_rate(llm: LLM, max_tokens: int, grammar: Any) -> tuple[float, int]:
     llama = llm.engine.llama
     llama.reset()
     ids = llm.prepare(PROMPT, {"max_tokens": max_tokens}).prompt_ids
-    first = None
-    tokens = 0
+    first, tokens = None, 0
     for token in llama.generate(ids, temp=0.0, grammar=grammar):
         tokens += 1
         first = first or time.perf_counter()
@@ -90,7 +84,7 @@ def compile_times(llm: LLM, repeats: int) -> dict[str, Any]:
     return out
 
 
-def measure_single(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+def measure_single(args: argparse.Namespace) -> Series:
     from llama_cpp import LlamaGrammar
 
     llm = LLM.load(engine="llama_cpp", engine_options={"ignore_eos": True})
@@ -98,72 +92,54 @@ def measure_single(args: argparse.Namespace) -> tuple[dict[str, list[float]], di
     params = {"max_tokens": args.max_tokens, "temperature": 0.0}
     sampled = {"max_tokens": args.max_tokens, "temperature": 0.8, "seed": 1}
     constraint = Constraint.json_schema(SCHEMA)
-    sides = {
+    return measure(llm, args.rounds, {
         "unconstrained": lambda: decode_rate(llm, params, None),
         "constrained": lambda: decode_rate(llm, params, constraint),
         "gbnf": lambda: gbnf_rate(llm, args.max_tokens, grammar),
         "unconstrained_sampled": lambda: decode_rate(llm, sampled, None),
         "constrained_sampled": lambda: decode_rate(llm, sampled, constraint),
-    }
-    rates, tokens = _alternate(sides, args.rounds)
-    llm.close()
-    return rates, tokens
+    })  # fmt: skip
 
 
-def measure_batched(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
-    llm = LLM.load(
-        engine="llama_cpp_batched", engine_options={"n_ctx": 1024, "parallel": STREAMS, "ignore_eos": True}
-    )
+def measure_batched(args: argparse.Namespace) -> Series:
+    options = {"n_ctx": 1024, "parallel": STREAMS, "ignore_eos": True}
+    llm = LLM.load(engine="llama_cpp_batched", engine_options=options)
     params = {"max_tokens": args.max_tokens, "temperature": 0.8}
-    constraint = Constraint.json_schema(SCHEMA)
-    sides = {
-        "unconstrained": lambda: batched_rate(llm, params, None),
-        "constrained": lambda: batched_rate(llm, params, constraint),
-    }
-    rates, tokens = _alternate(sides, args.rounds)
-    llm.close()
-    return rates, tokens
+    sides = {"unconstrained": None, "constrained": Constraint.json_schema(SCHEMA)}
+    return measure(llm, args.rounds, {s: partial(batched_rate, llm, params, c) for s, c in sides.items()})
 
 
-def _alternate(sides: dict[str, Any], rounds: int) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+def measure(llm: LLM, rounds: int, sides: dict[str, Any]) -> Series:
+    """Every side's (decode tokens/s, tokens) round by round, the sides alternated; then `llm` closes."""
     results = alternated(sides, rounds)
-    return {n: [r[0] for r in rs] for n, rs in results.items()}, {
-        n: [r[1] for r in rs] for n, rs in results.items()
-    }
+    llm.close()
+    rates = {name: [r[0] for r in runs] for name, runs in results.items()}
+    return rates, {name: [r[1] for r in runs] for name, runs in results.items()}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/constraints.json"))
-    args = parser.parse_args()
+    args = parser(__doc__, "benchmarks/results/constraints.json", rounds=5, max_tokens=128).parse_args()
     recording = Recording.begin("constraints")
     single, single_tokens = measure_single(args)
     batched, batched_tokens = measure_batched(args)
     llm = LLM.load(engine="llama_cpp")
     compiles = compile_times(llm, max(3, args.rounds))
     llm.close()
+    over = {
+        "llama_cpp_constrained_over_unconstrained": ("constrained", "unconstrained"),
+        "llama_cpp_gbnf_over_unconstrained": ("gbnf", "unconstrained"),
+        "llama_cpp_sampled_constrained_over_unconstrained": ("constrained_sampled", "unconstrained_sampled"),
+    }
     summary = {
         "llama_cpp": {name: spread(values) for name, values in single.items()},
-        "llama_cpp_constrained_over_unconstrained": paired_ratios(
-            single["constrained"], single["unconstrained"]
-        ),
-        "llama_cpp_gbnf_over_unconstrained": paired_ratios(single["gbnf"], single["unconstrained"]),
-        "llama_cpp_sampled_constrained_over_unconstrained": paired_ratios(
-            single["constrained_sampled"], single["unconstrained_sampled"]
-        ),
+        **{key: paired_ratios(single[a], single[b]) for key, (a, b) in over.items()},
         "llama_cpp_batched_8": {name: spread(values) for name, values in batched.items()},
         "llama_cpp_batched_8_constrained_over_unconstrained": paired_ratios(
-            batched["constrained"], batched["unconstrained"]
-        ),
+            batched["constrained"], batched["unconstrained"]),
         "tokenizer_build_ms": compiles["tokenizer_build_ms"],
-        "compile": {
-            name: {"cold_ms": spread(v["cold_ms"]), "cached_ms": spread(v["cached_ms"])}
-            for name, v in compiles.items()
-            if name != "tokenizer_build_ms"
-        },
-    }
+        "compile": {name: {"cold_ms": spread(v["cold_ms"]), "cached_ms": spread(v["cached_ms"])}
+                    for name, v in compiles.items() if name != "tokenizer_build_ms"},
+    }  # fmt: skip
     config = {"model": "SmolLM2-135M-Instruct Q4_1", "rounds": args.rounds, "max_tokens": args.max_tokens,
               "streams": STREAMS, "schema": SCHEMA, "prompt": PROMPT}  # fmt: skip
     samples = {"llama_cpp": single, "llama_cpp_tokens": single_tokens, "llama_cpp_batched_8": batched,

@@ -1,24 +1,18 @@
 """llmflow's in-process stream against raw llama-cpp-python on the same model object.
 
-Same GGUF, same prompt, greedy, the same thread count, both in this thread; runs alternate and
-start with an empty KV cache, so both pay the same prompt processing. Reports every run, medians with
-min-max, and the ratios round by round.
-
-    .venv/bin/python benchmarks/bench_engine.py --runs 7 --max-tokens 256
+Same GGUF, prompt and threads, greedy, both in this thread; runs alternate and start from an
+empty KV cache, so both pay the same prompt processing; ratios are taken round by round.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
-from pathlib import Path
+from functools import partial
 
+from benchmarks.record import Recording, alternated, paired_ratios, spread
+from benchmarks.stream_timing import stream_record, time_stream, ttft_and_rate
+from benchmarks.suite import parser
 from llmflow import LLM
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, alternated, paired_ratios, spread
-from stream_timing import stream_record, time_stream
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
 
@@ -31,9 +25,7 @@ def run_llmflow(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
 def run_raw(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
     llama = llm.engine.llama
     llama.reset()
-    start = time.perf_counter()
-    first = None
-    tokens = 0
+    start, first, tokens = time.perf_counter(), None, 0
     for part in llama.create_completion(PROMPT, max_tokens=max_tokens, temperature=0.0, stream=True):
         choice = part["choices"][0]
         if first is None and choice["text"]:
@@ -45,35 +37,23 @@ def run_raw(llm: LLM, max_tokens: int) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/engine.json"))
-    args = parser.parse_args()
+    args = parser(__doc__, "benchmarks/results/engine.json", runs=7, max_tokens=256).parse_args()
     recording = Recording.begin("engine")
-
     llm = LLM.load()
     run_llmflow(llm, 16)  # warm-up both paths
     run_raw(llm, 16)
-    sides = {
-        "llmflow": lambda: run_llmflow(llm, args.max_tokens),
-        "raw": lambda: run_raw(llm, args.max_tokens),
-    }
+    sides = {"llmflow": partial(run_llmflow, llm, args.max_tokens),
+             "raw": partial(run_raw, llm, args.max_tokens)}  # fmt: skip
     results = alternated(sides, args.runs, warm_up=False)
-
-    def series(name: str, index: int) -> list[float]:
-        return [r[index] for r in results[name]]
-
+    ttft, rate = ttft_and_rate(results)
     summary = {
-        "llmflow_tokens_per_s": spread(series("llmflow", 1)),
-        "raw_tokens_per_s": spread(series("raw", 1)),
-        "llmflow_ttft_ms": spread(t * 1000 for t in series("llmflow", 0)),
-        "raw_ttft_ms": spread(t * 1000 for t in series("raw", 0)),
+        "llmflow_tokens_per_s": spread(rate["llmflow"]),
+        "raw_tokens_per_s": spread(rate["raw"]),
+        "llmflow_ttft_ms": spread(ttft["llmflow"]),
+        "raw_ttft_ms": spread(ttft["raw"]),
         # round by round: both sides ran in the same round
-        "tokens_per_s_ratio": paired_ratios(series("llmflow", 1), series("raw", 1)),
-        "ttft_delta_ms": spread(
-            (a - b) * 1000 for a, b in zip(series("llmflow", 0), series("raw", 0), strict=True)
-        ),
+        "tokens_per_s_ratio": paired_ratios(rate["llmflow"], rate["raw"]),
+        "ttft_delta_ms": spread(a - b for a, b in zip(ttft["llmflow"], ttft["raw"], strict=True)),
         "targets": {"tokens_per_s_ratio": ">= 0.98", "ttft_delta_ms": "<= 5"},
     }
     config, samples = stream_record(llm, args, PROMPT, results)

@@ -1,31 +1,18 @@
 """One stream over HTTP against the same stream in process: what `llmflow serve` costs per token.
 
-Six ways to stream the same greedy answer from the same GGUF with the same thread count:
-
-- `in_process`: `LLM.stream` in this process (no server), on the engine the server uses
-  (`llama_cpp_batched`);
-- `in_process_llama_cpp`: the same on the one-at-a-time `llama_cpp` engine, `LLM.load`'s default;
-- `in_process_pyfunc`: `predict_stream` of the same LLM as an MLflow pyfunc model, in this process;
-- `llmflow_http`: `llmflow serve` in a subprocess, read with the official `openai` client;
-- `llmflow_http_sse`: the same server read with a lean client (httpx and `llmflow bench`'s SSE
-  parser: one `json.loads` per event, no pydantic),
-  which tells the server's cost from the `openai` client's on a machine they share;
-- `llama_cpp_server`: `python -m llama_cpp.server` in a subprocess (the `compare` extra), same client.
-
-Runs alternate between the ways (the starting one rotates each round), after one warm-up run each;
-every run repeats the same prompt, so each server reuses its cached prompt prefix as it would for a
-chat. Time to first token is from the call to the first text; decode speed counts the text chunks
-after the first over the time after the first (one chunk per token for this English answer; the
-chunk counts are in the results). Reports medians and the ratios against the issue's targets, and
-this process's CPU time per chunk: for the HTTP ways, what the client itself costs (on a machine
-with few cores it takes that time from the server's llama.cpp threads).
-
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_http.py --threads 2 --runs 21 --max-tokens 128
+The same greedy answer from the same GGUF and threads, six ways: `in_process` (`LLM.stream` on
+`llama_cpp_batched`, the server's engine), `in_process_llama_cpp` (`LLM.load`'s default engine),
+`in_process_pyfunc` (the LLM as an MLflow pyfunc model), `llmflow_http` (`llmflow serve`, read with
+the `openai` client), `llmflow_http_sse` (the same server read with `llmflow bench`'s lean SSE
+parser: the server's cost apart from the client's) and `llama_cpp_server` (`python -m
+llama_cpp.server`). Ways alternate, the first rotating, after a warm-up each; the prompt repeats,
+so every server reuses its cached prefix as in a chat. Decode speed counts the text chunks after
+the first (one a token here) over the time after the first. This process's CPU time per chunk is,
+for the HTTP ways, what the client costs: on few cores it takes that time from the server.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -40,6 +27,9 @@ from mlflow.models import Model
 from mlflow.pyfunc import PyFuncModel
 from openai import OpenAI
 
+from benchmarks.record import Recording, alternated, paired_ratios, spread
+from benchmarks.serve_process import free_port, llmflow_serve, started
+from benchmarks.suite import parser
 from llmflow import LLM
 from llmflow.bench.openai_chunks import parse_event
 from llmflow.bench.sse import SSEParser
@@ -47,10 +37,6 @@ from llmflow.engines.llama_cpp import usable_cores
 from llmflow.mlflow import LlmflowPyfuncModel
 from llmflow.mlflow.signature import build_signature
 from llmflow.model_files import resolve_model_path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, alternated, paired_ratios, spread
-from serve_process import free_port, started
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 N_CTX = 4096
@@ -70,10 +56,8 @@ class Sample:
 
 def timed(texts: Iterable[str]) -> Sample:
     """Time a stream of text pieces (the clock starts when `texts` is created by the caller)."""
-    start = time.perf_counter()
-    cpu_start = time.process_time()
-    first = last = None
-    chunks = 0
+    start, cpu_start = time.perf_counter(), time.process_time()
+    first, last, chunks = None, None, 0
     for text in texts:
         if not text:
             continue
@@ -88,7 +72,6 @@ def timed(texts: Iterable[str]) -> Sample:
     return Sample((first - start) * 1000, rate, chunks, (end - start) * 1000, cpu_s / chunks * 1e6)
 
 
-# -- the ways ------------------------------------------------------------------------------------
 def in_process(llm: LLM, max_tokens: int) -> Callable[[], Sample]:
     params = {"temperature": 0.0, "max_tokens": max_tokens}
     return lambda: timed(chunk.text for chunk in llm.stream(PROMPT, params))
@@ -114,22 +97,22 @@ def pyfunc_model(llm: LLM) -> PyFuncModel:
     )
 
 
-def over_http(base_url: str, model: str, max_tokens: int) -> Callable[[], Sample]:
+def over_http(base_url: str, max_tokens: int) -> Callable[[], Sample]:
     client = OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=600)
     messages = [{"role": "user", "content": PROMPT}]
 
     def run() -> Sample:
         stream = client.chat.completions.create(
-            model=model, messages=messages, max_tokens=max_tokens, temperature=0.0, stream=True
+            model=MODEL_NAME, messages=messages, max_tokens=max_tokens, temperature=0.0, stream=True
         )
         return timed(c.choices[0].delta.content or "" for c in stream if c.choices)
 
     return run
 
 
-def over_http_sse(base_url: str, model: str, max_tokens: int) -> Callable[[], Sample]:
+def over_http_sse(base_url: str, max_tokens: int) -> Callable[[], Sample]:
     client = httpx.Client(base_url=base_url, timeout=600)
-    body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
             "temperature": 0.0, "stream": True}  # fmt: skip
 
     def texts() -> Iterator[str]:
@@ -144,14 +127,9 @@ def over_http_sse(base_url: str, model: str, max_tokens: int) -> Callable[[], Sa
     return lambda: timed(texts())
 
 
-# -- servers --------------------------------------------------------------------------------------
 def server_command(name: str, model: Path, threads: int, port: int) -> list[str]:
     if name == "llmflow_http":
-        return [
-            sys.executable, "-m", "llmflow", "serve", str(model), "--port", str(port),
-            "--model-name", MODEL_NAME, "--engine-option", f"n_threads={threads}",
-            "--engine-option", f"n_ctx={N_CTX}", "--log-level", "warning",
-        ]  # fmt: skip
+        return llmflow_serve(port, "--model-name", MODEL_NAME, model=model, n_threads=threads, n_ctx=N_CTX)
     return [
         sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", MODEL_NAME,
         "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),
@@ -159,68 +137,51 @@ def server_command(name: str, model: Path, threads: int, port: int) -> list[str]
     ]  # fmt: skip
 
 
-# -- running and reporting ------------------------------------------------------------------------
 def ratios(samples: dict[str, list[Sample]]) -> dict[str, dict | None]:
     """Each ratio round by round (both ways ran in the same round), as median and min-max."""
 
     def ratio(a: str, b: str) -> dict | None:
         return paired_ratios([s.decode_tok_s for s in samples[a]], [s.decode_tok_s for s in samples[b]])
 
-    def ttft_overhead() -> dict | None:
-        pairs = zip(samples["llmflow_http"], samples["in_process"], strict=True)
-        return spread(http.ttft_ms - local.ttft_ms for http, local in pairs)
-
+    pairs = zip(samples["llmflow_http"], samples["in_process"], strict=True)
     return {
         "http_over_in_process_tok_s": ratio("llmflow_http", "in_process"),  # target >= 0.97
         "http_over_in_process_pyfunc_tok_s": ratio("llmflow_http", "in_process_pyfunc"),
         "lean_client_http_over_in_process_tok_s": ratio("llmflow_http_sse", "in_process"),
         "http_over_in_process_llama_cpp_tok_s": ratio("llmflow_http", "in_process_llama_cpp"),
-        "ttft_overhead_ms": ttft_overhead(),  # target <= 10
+        "ttft_overhead_ms": spread(http.ttft_ms - local.ttft_ms for http, local in pairs),  # target <= 10
         "llmflow_over_llama_cpp_server_tok_s": ratio("llmflow_http", "llama_cpp_server"),  # target >= 1.0
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=None, help="GGUF file; default: the embedded model")
-    parser.add_argument("--threads", type=int, default=usable_cores())
-    parser.add_argument("--runs", type=int, default=15, help="measured runs per way")
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/http.json"))
-    args = parser.parse_args()
+    p = parser(__doc__, "benchmarks/results/http.json", runs=15, max_tokens=128)  # --runs: per way
+    p.add_argument("--model", type=Path, default=None, help="GGUF file; default: the embedded model")
+    p.add_argument("--threads", type=int, default=usable_cores())
+    args = p.parse_args()
     recording = Recording.begin("http")
-
-    model = resolve_model_path(args.model)
+    model, max_tokens = resolve_model_path(args.model), args.max_tokens
     # the engine `llmflow serve` uses for a GGUF file (llama_cpp_batched), so both sides compute alike
     options = {"n_threads": args.threads, "n_ctx": N_CTX}
     llm = LLM.load(model, concurrent=True, engine_options=options)
-    max_tokens = args.max_tokens
-    ways = {
-        "in_process": in_process(llm, max_tokens),
-        # LLM.load's default engine
-        "in_process_llama_cpp": in_process(LLM.load(model, engine_options=options), max_tokens),
-        "in_process_pyfunc": in_process_pyfunc(llm, max_tokens),
-    }
+    ways = {"in_process": in_process(llm, max_tokens),
+            "in_process_llama_cpp": in_process(LLM.load(model, engine_options=options), max_tokens),
+            "in_process_pyfunc": in_process_pyfunc(llm, max_tokens)}  # fmt: skip
     with ExitStack() as stack, tempfile.TemporaryDirectory() as logs:
         for name in ("llmflow_http", "llama_cpp_server"):
             port = free_port()
             command = server_command(name, model, args.threads, port)
             url = stack.enter_context(started(name, command, port, Path(logs)))
-            ways[name] = over_http(url, MODEL_NAME, max_tokens)
+            ways[name] = over_http(url, max_tokens)
             if name == "llmflow_http":
-                ways["llmflow_http_sse"] = over_http_sse(url, MODEL_NAME, max_tokens)
+                ways["llmflow_http_sse"] = over_http_sse(url, max_tokens)
         samples = alternated(ways, args.runs)  # the warm-up: pages loaded, the prompt in each cache
 
-    config = {"model": model.name, "threads": args.threads, "runs": args.runs,
-              "max_tokens": args.max_tokens, "n_ctx": N_CTX, "prompt": PROMPT,
-              "ways": list(samples)}  # fmt: skip
-    spreads = {
-        name: {
-            key: spread(getattr(s, key) for s in values)
-            for key in ("decode_tok_s", "ttft_ms", "cpu_us_per_chunk")
-        }
-        for name, values in samples.items()
-    }
+    config = {"model": model.name, "threads": args.threads, "runs": args.runs, "max_tokens": max_tokens,
+              "n_ctx": N_CTX, "prompt": PROMPT, "ways": list(samples)}  # fmt: skip
+    figures = ("decode_tok_s", "ttft_ms", "cpu_us_per_chunk")
+    spreads = {name: {key: spread(getattr(s, key) for s in values) for key in figures}
+               for name, values in samples.items()}  # fmt: skip
     samples_ = {name: [asdict(s) for s in values] for name, values in samples.items()}
     summary = {"spread": spreads, "ratios": ratios(samples)}
     recording.write(args.out, config=config, samples=samples_, summary=summary, hide=[model])

@@ -1,20 +1,11 @@
 """Images in a chat: what encoding one costs, and what llmflow's encoded-image cache saves, against
-llama.cpp's `llama-server --mmproj` on the same GGUF pair and threads (issue: images in chat).
+llama.cpp's `llama-server --mmproj` on the same GGUF pair and threads.
 
-Three kinds of streamed chat request, each in a conversation of its own (a system prompt no
-earlier request began with, so no server answers it from a prompt cache):
-- `text`: a question alone;
-- `cold`: a question about an image no server has seen (a new photo-like PNG each request, sent
-  as a data URI): the image is encoded (vision tower and projector), then the prompt prefilled;
-- `same`: one of the `cold` images sent again in a new conversation. llmflow takes the image's
-  embeddings from its encoded-image cache (its `/metrics` count the reuse); llama-server matches a
-  prompt's cached prefix only, so a new conversation encodes the image again.
-
-TTFT (first content) per kind; llama-server's final chunk's `timings.prompt_ms` too. The image's
-cost: cold TTFT less text TTFT; what reuse saves: cold less same. Servers alternated in each round,
-the first rotating; median (min-max) over rounds of each round's median.
-
-    python -m benchmarks.bench_images --out benchmarks/results/images.json [--llama-server PATH]
+Each request a conversation of its own (no prompt cache answers it): `text`, a question alone;
+`cold`, a question about a new photo-like PNG; `same`, one of the cold images again. llmflow takes
+a known image's embeddings from its cache; llama-server only matches a cached prompt prefix, so it
+encodes the image again. The image's cost: cold TTFT less text TTFT; what reuse saves: cold less
+same. Servers alternate, the first rotating; median (min-max) over rounds of each round's median.
 """
 
 from __future__ import annotations
@@ -22,7 +13,6 @@ from __future__ import annotations
 import argparse
 import base64
 import io
-import shlex
 import statistics
 import subprocess
 import sys
@@ -32,11 +22,10 @@ from typing import Any
 
 import httpx
 
-from benchmarks.peers.build_llama_server import ensure_llama_server
-from benchmarks.peers.compare_servers import COMMANDS, Setup
-from benchmarks.record import REPO, Recording, paired_ratios, spread
-from benchmarks.serve_process import free_port, metric, started, stream_chat
-from llmflow.engines.llama_cpp import usable_cores
+from benchmarks.peers.compare_servers import Setup, add_peer_arguments, serve
+from benchmarks.record import REPO, Recording, config_of, paired_ratios, spread
+from benchmarks.serve_process import metric, model_id, stream_chat
+from benchmarks.suite import parser
 
 KINDS = ("text", "cold", "same")
 SERVERS = ("llmflow", "llama-server")
@@ -90,14 +79,12 @@ def image_chunks(url: str) -> dict[str, float]:
 
 def one_server(url: str, name: str, round_: int, args: argparse.Namespace) -> dict[str, Any]:
     """A warm-up (one text, one image request), then `args.requests` of each kind."""
-    model = httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
-    tag = f"{name}-{round_}"
+    model, tag = model_id(url), f"{name}-{round_}"
     timed_chat(url, model, messages(f"warm-{tag}", None), args.max_tokens)
     timed_chat(url, model, messages(f"warm-image-{tag}", photo(10**6 + round_)), args.max_tokens)
     before = image_chunks(url) if name == "llmflow" else None
     # the same image seeds for every server in a round, new ones each round
-    seeds = [1000 * (round_ + 1) + i for i in range(args.requests)]
-    images = [photo(s) for s in seeds]
+    images = [photo(1000 * (round_ + 1) + i) for i in range(args.requests)]
     requests: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     for i, image in enumerate(images):
         requests["text"].append(timed_chat(url, model, messages(f"text-{tag}-{i}", None), args.max_tokens))
@@ -106,10 +93,9 @@ def one_server(url: str, name: str, round_: int, args: argparse.Namespace) -> di
         requests["same"].append(timed_chat(url, model, messages(f"same-{tag}-{i}", image), args.max_tokens))
     result: dict[str, Any] = {"requests": requests}
     for kind in KINDS:
-        ttfts = [r["ttft_s"] for r in requests[kind] if r["ttft_s"] is not None]
-        result[f"{kind}_ttft_s"] = statistics.median(ttfts) if ttfts else None
-        prompt_ms = [r["prompt_ms"] for r in requests[kind] if r["prompt_ms"] is not None]
-        result[f"{kind}_prompt_ms"] = statistics.median(prompt_ms) if prompt_ms else None
+        for key in ("ttft_s", "prompt_ms"):
+            found = [r[key] for r in requests[kind] if r[key] is not None]
+            result[f"{kind}_{key}"] = statistics.median(found) if found else None
     if before is not None:
         after = image_chunks(url)
         result["image_chunks"] = {k: after[k] - before[k] for k in after}
@@ -120,26 +106,23 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     def values(name: str, key: str) -> list[float | None]:
         return [r[key] for r in rounds[name]]
 
-    def differences(name: str, a: str, b: str) -> list[float | None]:
-        return [None if r[a] is None or r[b] is None else r[a] - r[b] for r in rounds[name]]
+    def less(name: str, a: str, b: str) -> dict | None:
+        return spread(None if r[a] is None or r[b] is None else r[a] - r[b] for r in rounds[name])
 
     servers = {}
     for name in rounds:
         entry = {f"{kind}_ttft_s": spread(values(name, f"{kind}_ttft_s")) for kind in KINDS}
-        entry["image_cost_s"] = spread(differences(name, "cold_ttft_s", "text_ttft_s"))
-        entry["reuse_saves_s"] = spread(differences(name, "cold_ttft_s", "same_ttft_s"))
+        entry["image_cost_s"] = less(name, "cold_ttft_s", "text_ttft_s")
+        entry["reuse_saves_s"] = less(name, "cold_ttft_s", "same_ttft_s")
         if any(v is not None for v in values(name, "cold_prompt_ms")):
             entry.update({f"{kind}_prompt_ms": spread(values(name, f"{kind}_prompt_ms")) for kind in KINDS})
         if "image_chunks" in rounds[name][0]:
             entry["image_chunks"] = {k: sum(r["image_chunks"][k] for r in rounds[name])
                                      for k in ("encoded", "reused")}  # fmt: skip
         servers[name] = entry
-    ratios = {}
-    if set(SERVERS) <= set(rounds):
-        for kind in KINDS:
-            ours, theirs = values("llmflow", f"{kind}_ttft_s"), values("llama-server", f"{kind}_ttft_s")
-            if None not in ours and None not in theirs:
-                ratios[f"{kind}_ttft"] = paired_ratios(ours, theirs)
+    # round by round, where both servers ran (a round without a figure left out)
+    ratios = {f"{kind}_ttft": paired_ratios(*(values(name, f"{kind}_ttft_s") for name in SERVERS))
+              for kind in (KINDS if set(SERVERS) <= set(rounds) else ())}  # fmt: skip
     return {"servers": servers, "llmflow_over_llama_server": ratios}
 
 
@@ -153,24 +136,10 @@ def default_model(directory: Path) -> tuple[Path, Path]:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=3)
+    p = parser(__doc__, rounds=3, parallel=2, n_ctx=2048, max_tokens=4)  # --n-ctx: per sequence
     p.add_argument("--requests", type=int, default=2, help="requests of each kind per server and round")
-    p.add_argument("--threads", type=int, default=usable_cores())
-    p.add_argument("--parallel", type=int, default=2, help="sequences (slots) of each server")
-    p.add_argument("--n-ctx", type=int, default=2048, help="per sequence")
-    p.add_argument("--max-tokens", type=int, default=4)
-    p.add_argument("--model", type=Path, help=f"the text model GGUF (default: a {SHAPE}-shaped one, made)")
+    add_peer_arguments(p)  # --model: the text model (default: a SHAPE-shaped one, made)
     p.add_argument("--mmproj", type=Path, help="its projector GGUF (with --model)")
-    p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
-    p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
-    p.add_argument("--llama-server-args", default="", help="more llama-server options, e.g. '-ngl 999'")
-    p.add_argument(
-        "--engine-option", action="append", default=[], help="more llmflow engine options KEY=VALUE"
-    )
-    p.add_argument("--out", type=Path, required=True)
-    # `python -m benchmarks run` passes it to every peer benchmark; llama-server is this one's only peer
-    p.add_argument("--example-server", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     if (args.model is None) != (args.mmproj is None):
         p.error("--model and --mmproj go together")
@@ -181,28 +150,20 @@ def main() -> None:
     args = parse_args()
     recording = Recording.begin("images")
     model, mmproj = (args.model, args.mmproj) if args.model else default_model(DEFAULT_DIR)
-    logs = Path(tempfile.mkdtemp(prefix="llmflow-images-"))
-    args.llama_server = args.llama_server or ensure_llama_server(args.sdist)
-    peer_args = ("--mmproj", str(mmproj), *shlex.split(args.llama_server_args))
-    setup = Setup(model, args.threads, args.parallel, args.n_ctx, args.llama_server, None, logs, peer_args)
-    more = dict(option.split("=", 1) for option in args.engine_option)
-    commands = {"llmflow": lambda port: COMMANDS["llmflow"](setup, port, mmproj=str(mmproj), **more),
-                "llama-server": lambda port: COMMANDS["llama-server"](setup, port)}  # fmt: skip
+    setup = Setup.of(args, model, Path(tempfile.mkdtemp(prefix="llmflow-images-")), "--mmproj", str(mmproj))
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in SERVERS}
     for round_ in range(args.rounds):
-        order = SERVERS if round_ % 2 == 0 else SERVERS[::-1]
-        for name in order:
-            port = free_port()
-            with started(name, commands[name](port), port, logs) as url:
+        for name in SERVERS if round_ % 2 == 0 else SERVERS[::-1]:
+            with serve(setup, name, **({"mmproj": str(mmproj)} if name == "llmflow" else {})) as url:
                 rounds[name].append(one_server(url, name, round_, args))
             print(f"round {round_ + 1} {name} done", flush=True)
     summary = summarize(rounds)
     samples = {name: [r.pop("requests") for r in rounds[name]] for name in rounds}
-    config = {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()}  # no local paths
-    config.update(model=model.name, mmproj=mmproj.name, servers=list(SERVERS), image="512x512 PNG")
+    config = {**config_of(args), "model": model.name, "mmproj": mmproj.name, "servers": list(SERVERS),
+              "image": "512x512 PNG"}  # fmt: skip
     if not args.model:
         config["shape"] = SHAPE
-    hidden = [str(p) for p in (model, mmproj, logs, args.llama_server)]
+    hidden = [str(p) for p in (model, mmproj, setup.logs, args.llama_server)]
     recording.write(args.out, config=config, samples=samples, summary=summary, hide=hidden)
 
 

@@ -1,23 +1,15 @@
 """Load time of a logged llmflow model through `mlflow.pyfunc.load_model`.
 
-Logs the embedded model once (to a sqlite tracking store in a temporary directory, and saved to
-a local directory), then times `load_model`:
-
-- in this process, from the local directory ("files local") and from the registry
-  (`models:/name@alias`, which copies the artifacts out of the store first), after one warm-up;
-- in fresh processes (`--processes`), where imports are timed apart from the load itself;
-- `LLM.load` on the same GGUF file, the engine's share of the load.
-
-Kinds alternate; reports every run and medians with min-max. The default model should load in at
-most 1 s once its files are local.
-
-    .venv/bin/python benchmarks/bench_mlflow_load.py --runs 7 --processes 5
+The embedded model logged once to a sqlite tracking store (and saved to a directory), then loaded
+in this process from the directory and from the registry (`models:/name@alias` copies the
+artifacts first), in fresh processes (imports timed apart), and with `LLM.load` (the engine's
+share); kinds alternate. The default model should load in at most 1 s once its files are local.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -28,8 +20,11 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, alternated, spread
+import mlflow
+
+from benchmarks.record import Recording, alternated, spread
+from benchmarks.suite import parser
+from llmflow import LLM
 
 REGISTERED = "bench-load"
 
@@ -52,8 +47,6 @@ CHILD = textwrap.dedent(
 
 def log_once(root: Path) -> dict[str, str]:
     """Log (and register) the embedded model; also save it to a local directory."""
-    import mlflow
-
     import llmflow.mlflow
 
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -86,11 +79,9 @@ def time_in_process(loaders: dict[str, Callable[[], object]], runs: int) -> dict
     return alternated({name: partial(once, load) for name, load in loaders.items()}, runs)
 
 
-def time_fresh_processes(
-    uris: dict[str, str], tracking_uri: str, runs: int
-) -> dict[str, list[dict[str, float]]]:
+def time_fresh_processes(uris: dict[str, str], tracking_uri: str, runs: int) -> dict[str, list[dict]]:
     """A fresh process per load, the kinds alternated."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}  # main() turned the progress bar off
 
     def once(uri: str) -> dict[str, float]:
         started = time.perf_counter()
@@ -104,48 +95,29 @@ def time_fresh_processes(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7, help="in-process loads per kind")
-    parser.add_argument("--processes", type=int, default=5, help="fresh-process loads per kind")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/mlflow_load.json"))
-    args = parser.parse_args()
+    # --runs: in-process loads per kind; --processes: fresh-process loads per kind
+    args = parser(__doc__, "benchmarks/results/mlflow_load.json", runs=7, processes=5).parse_args()
     recording = Recording.begin("mlflow_load")
-
-    import logging
-
-    import mlflow
-
-    from llmflow import LLM
-
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     with tempfile.TemporaryDirectory() as tmp:
         logged = log_once(Path(tmp))
-        in_process = time_in_process(
-            {
-                "local": lambda: mlflow.pyfunc.load_model(logged["local"]),
-                "registry": lambda: mlflow.pyfunc.load_model(logged["registry"]),
-                "llm_load": LLM.load,
-            },
-            args.runs,
-        )
-        kinds = {kind: logged[kind] for kind in ("local", "registry")}
-        fresh = time_fresh_processes(kinds, logged["tracking_uri"], args.processes)
+        uris = {kind: logged[kind] for kind in ("local", "registry")}
+        loaders = {kind: partial(mlflow.pyfunc.load_model, uri) for kind, uri in uris.items()}
+        in_process = time_in_process({**loaders, "llm_load": LLM.load}, args.runs)
+        fresh = time_fresh_processes(uris, logged["tracking_uri"], args.processes)
     config = {"model": "SmolLM2-135M-Instruct.Q4_1 (embedded)", "runs": args.runs,
               "processes": args.processes}  # fmt: skip
     summary = {
         "log_model_s": float(logged["log_s"]),
         "save_model_s": float(logged["save_s"]),
         "in_process_s": {kind: spread(times) for kind, times in in_process.items()},
-        "fresh_process_s": {
-            kind: {key: spread(r[key] for r in records) for key in records[0]}
-            for kind, records in fresh.items()
-        },
+        "fresh_process_s": {kind: {key: spread(r[key] for r in records) for key in records[0]}
+                            for kind, records in fresh.items()},
         "targets": {"in_process_s": "<= 1"},
-    }
-    recording.write(
-        args.out, config=config, samples={"in_process_s": in_process, "fresh_process": fresh}, summary=summary
-    )
+    }  # fmt: skip
+    samples = {"in_process_s": in_process, "fresh_process": fresh}
+    recording.write(args.out, config=config, samples=samples, summary=summary)
 
 
 if __name__ == "__main__":

@@ -1,29 +1,24 @@
 """`llmflow serve` under many concurrent streams on the CPU: output tok/s and the tails of
 inter-token latency and time to first token, over HTTP as clients see them.
 
-Each round starts nothing new: one server (the batching engine, `--concurrency` sequences, in a
-child process) answers `llmflow bench`'s greedy workload (`--requests` random-word prompts of
-`--prompt-tokens`, `--max-tokens` answers, `--concurrency` at once) once per round; medians with
-min-max over the rounds. Its use is a change's before and after, on two trees alternated in one
-run by `benchmarks.compare_trees`:
+One server (batching engine, `--concurrency` sequences) answers `llmflow bench`'s greedy workload
+once per round. Its use is a change's before and after, both trees alternated in one run:
 
-    python -m benchmarks.compare_trees --tree OLD_CHECKOUT --tree . --rounds 5 \
-        --script benchmarks/bench_serving.py --args "--rounds 1" \
+    python -m benchmarks.compare_trees --tree OLD_CHECKOUT --tree . --rounds 5 \\
+        --script benchmarks/bench_serving.py --args "--rounds 1" \\
         --figure output_tok_s --figure itl_p99_s --out benchmarks/results/serving_before_after.json
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, bench_figures, spread
-from serve_process import free_port, started
-
+from benchmarks.record import Recording, bench_figures, spread
+from benchmarks.serve_process import free_port, llmflow_serve, started
+from benchmarks.suite import parser
 from llmflow.bench import BenchOptions, run_bench
 from llmflow.engines.llama_cpp import usable_cores
 
@@ -40,23 +35,15 @@ def bench(args: argparse.Namespace, url: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--requests", type=int, default=48, help="per round")
-    parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=usable_cores())
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serving.json"))
-    args = parser.parse_args()
+    # --requests: per round
+    p = parser(__doc__, "benchmarks/results/serving.json", concurrency=16, requests=48, prompt_tokens=64,
+               max_tokens=64, rounds=3, seed=0)  # fmt: skip
+    p.add_argument("--threads", type=int, default=usable_cores())
+    args = p.parse_args()
     recording = Recording.begin("serving")
     port = free_port()
-    command = [
-        sys.executable, "-m", "llmflow", "serve", "--engine", "llama_cpp_batched", "--port", str(port),
-        "--host", "127.0.0.1", "--max-queue", "4096", "--log-level", "warning",
-        "--parallel", str(args.concurrency), "--threads", str(args.threads),
-    ]  # fmt: skip
+    command = llmflow_serve(port, "--engine", "llama_cpp_batched", "--max-queue", "4096",
+                            "--parallel", str(args.concurrency), "--threads", str(args.threads))  # fmt: skip
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as logs, started("llmflow", command, port, Path(logs)) as url:
         for r in range(args.rounds):

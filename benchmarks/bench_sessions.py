@@ -1,25 +1,14 @@
-"""Multi-turn sessions against the peers, and the conversation cache's tiers (issue: a
-conversation cache across requests).
+"""Multi-turn sessions against the peers, and the conversation cache's tiers.
 
-Four measurements on the same GGUF, threads and sequences, servers alternated within each round:
-- `sessions`: a long system prompt and several turns, each answer appended to the next request
-  (a chat app, an agent): TTFT of turn 1 and the median TTFT of the later turns, every server;
-- `short`: one short request alone (a few dozen prompt tokens, a question of its own each
-  time): TTFT, every server;
-- `streams`: that many concurrent streams: output tokens per second, every server;
-- `revisits` (llmflow): more sessions than sequences, visited round robin with the host tier on:
-  the share of each revisit's prompt reused (`cached_tokens`) and its TTFT against the session's
-  cold first turn; the server's RSS growth against the tier's budget;
-- `restart` (llmflow): a session's first turn, the server restarted on the same
-  `--prompt-cache-dir`, the next turn: its TTFT against the cold first turn.
-
-    python -m benchmarks.bench_sessions --llama-server PATH --example-server PATH/server.py --out F
+On the same GGUF, threads and sequences, servers alternated within each round: `sessions` (a long
+system prompt, several turns, each answer appended), `short` (a short request alone), `streams`
+(concurrent streams); llmflow alone: `revisits` (more sessions than sequences, round robin, on the
+host tier) and `restart` (the next turn after a restart on the same `--prompt-cache-dir`).
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import tempfile
 import time
@@ -28,30 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
-from benchmarks.peers.build_llama_server import ensure_llama_server
-from benchmarks.peers.compare_servers import COMMANDS, Setup
-from benchmarks.record import Recording, paired_ratios, spread
-from benchmarks.serve_process import free_port, started, stream_chat
+from benchmarks.peers.compare_servers import Setup, add_peer_arguments, serve
+from benchmarks.record import Recording, config_of, paired_ratios, spread
+from benchmarks.serve_process import metric, model_id, stream_chat
 from benchmarks.stream_timing import at_once
-from llmflow.engines.llama_cpp import usable_cores
+from benchmarks.suite import parser
 from llmflow.model_files import default_model_path
 
 WORDS = ("policy", "customer", "order", "refund", "shipping", "invoice", "account", "warranty", "return",
          "exchange", "store", "product", "delivery", "payment", "support", "ticket", "escalation", "manager",
          "discount", "coupon", "loyalty")  # fmt: skip
+FIRST_QUESTION = "Hello, which rule comes first?"
 
 
 def system_prompt(seed: int, words: int) -> str:
-    """A long instruction text of its own for each seed (no server may answer it from an earlier
-    round's cache)."""
+    """A long instruction text of its own per seed: no server answers it from an earlier round's cache."""
     picked = [WORDS[(seed * 7 + i * 13 + i * i) % len(WORDS)] for i in range(words)]
     lines = [" ".join(picked[i : i + 12]) + "." for i in range(0, words, 12)]
     return f"You are support assistant #{seed}. Follow these rules:\n" + "\n".join(lines)
-
-
-def model_id(url: str) -> str:
-    return httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
 
 
 def session(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -59,9 +44,8 @@ def session(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     messages = [{"role": "system", "content": system_prompt(seed, args.system_words)}]
     turns = []
     for turn in range(args.turns):
-        messages.append(
-            {"role": "user", "content": f"Customer question {turn + 1}: what does rule {turn} mean?"}
-        )
+        question = f"Customer question {turn + 1}: what does rule {turn} mean?"
+        messages.append({"role": "user", "content": question})
         answer = stream_chat(url, model, messages, args.answer_tokens)
         turns.append({k: answer[k] for k in ("ttft_s", "e2e_s", "chunks", "usage")})
         messages.append({"role": "assistant", "content": answer["text"]})
@@ -70,58 +54,39 @@ def session(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def short_requests(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    model = model_id(url)
-    ttfts = []
+    model, ttfts = model_id(url), []
     for i in range(args.short_requests):
-        question = (
-            f"Request {seed}-{i}: in one sentence, why do {WORDS[(seed + i) % len(WORDS)]}s matter to a shop?"
-        )
-        ttfts.append(stream_chat(url, model, [{"role": "user", "content": question}], 8)["ttft_s"])
+        word = WORDS[(seed + i) % len(WORDS)]
+        question = f"Request {seed}-{i}: in one sentence, why do {word}s matter to a shop?"
+        ttfts.append(stream_chat(url, model, question, 8)["ttft_s"])
     return {"ttft_s": ttfts, "ttft_p50_s": statistics.median(t for t in ttfts if t is not None)}
 
 
 def concurrent_streams(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    model = model_id(url)
-
-    def run(i: int) -> dict[str, Any]:
-        prompt = f"Stream {seed}-{i}. Count from 1 to 300, separated by commas:"
-        return stream_chat(url, model, [{"role": "user", "content": prompt}], args.stream_tokens)
-
-    elapsed, results = at_once(args.streams, run)
+    model, tokens = model_id(url), args.stream_tokens
+    prompts = [f"Stream {seed}-{i}. Count from 1 to 300, separated by commas:" for i in range(args.streams)]
+    elapsed, results = at_once(args.streams, lambda i: stream_chat(url, model, prompts[i], tokens))
     chunks = sum(r["chunks"] for r in results)
     return {"chunks": chunks, "elapsed_s": elapsed, "chunks_per_s": chunks / elapsed}
 
 
-def rss_bytes(port: int) -> int | None:
-    """The resident memory of the process serving on `port` (found by its command line)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().split(b"\0")
-            if b"--port" in command and command[command.index(b"--port") + 1] == str(port).encode():
-                for line in (entry / "status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, IndexError, ValueError):
-            continue
+def rss_bytes(url: str) -> int | None:
+    """The resident memory of the process serving `url` (found by the port on its command line)."""
+    port = url.removesuffix("/v1").rsplit(":", 1)[1]
+    for process in psutil.process_iter(["cmdline", "memory_info"]):
+        command = process.info["cmdline"] or []
+        if "--port" in command[:-1] and command[command.index("--port") + 1] == port:
+            return process.info["memory_info"].rss
     return None
 
 
 def revisits(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """`args.sessions` sessions on `setup.parallel` sequences, round robin, with the host tier."""
-    port = free_port()
-    more = {"prompt_cache_ram_mib": args.cache_ram_mib}
-    with started("llmflow-revisits", COMMANDS["llmflow"](setup, port, **more), port, setup.logs) as url:
-        model = model_id(url)
-        conversations = []
-        cold = []
-        rss_start = rss_bytes(port)
+    with serve(setup, "llmflow", "llmflow-revisits", prompt_cache_ram_mib=args.cache_ram_mib) as url:
+        model, conversations, cold, rss_start = model_id(url), [], [], rss_bytes(url)
         for s in range(args.sessions):
-            messages = [
-                {"role": "system", "content": system_prompt(seed * 1000 + s, args.revisit_system_words)},
-                {"role": "user", "content": "Hello, which rule comes first?"},
-            ]
+            system = system_prompt(seed * 1000 + s, args.revisit_system_words)
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": FIRST_QUESTION}]
             answer = stream_chat(url, model, messages, 16)
             cold.append(answer["ttft_s"])
             conversations.append([*messages, {"role": "assistant", "content": answer["text"]}])
@@ -130,15 +95,10 @@ def revisits(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any
             messages.append({"role": "user", "content": "And the second one?"})
             answer = stream_chat(url, model, messages, 16)
             warm.append(answer["ttft_s"])
-            usage = answer["usage"]
-            reused.append(usage["prompt_tokens_details"]["cached_tokens"] / usage["prompt_tokens"])
-        rss_end = rss_bytes(port)
+            reused.append(reused_share(answer["usage"]))
+        rss_end = rss_bytes(url)
         metrics = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=30, trust_env=False).text
-    host_bytes = sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in metrics.splitlines()
-        if line.startswith("llmflow_prompt_cache_bytes{") and 'tier="host"' in line
-    )
+    host_bytes = metric(metrics, "llmflow_prompt_cache_bytes", tier="host")
     return {"cold_ttft_s": cold, "revisit_ttft_s": warm, "reused_share": reused,
             "cold_over_revisit": statistics.median(cold) / statistics.median(warm),
             "reused_share_min": min(reused),
@@ -149,41 +109,31 @@ def revisits(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any
 def restart(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """A session's first turn, a restart on the same cache directory, its second turn."""
     with tempfile.TemporaryDirectory() as cache_dir:
-        more = {"prompt_cache_dir": cache_dir}
-        messages = [
-            {"role": "system", "content": system_prompt(seed * 7919, args.system_words)},
-            {"role": "user", "content": "Hello, which rule comes first?"},
-        ]
-        port = free_port()
-        with started(
-            "llmflow-before-restart", COMMANDS["llmflow"](setup, port, **more), port, setup.logs
-        ) as url:
+        system = system_prompt(seed * 7919, args.system_words)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": FIRST_QUESTION}]
+        with serve(setup, "llmflow", "llmflow-before-restart", prompt_cache_dir=cache_dir) as url:
             first = stream_chat(url, model_id(url), messages, 16)
             # a state reaches the disk when its sequence is reused: another conversation takes it
             for i in range(setup.parallel):
-                other = [{"role": "user", "content": f"Unrelated request {i}: name a fruit."}]
-                stream_chat(url, model_id(url), other, 4)
+                stream_chat(url, model_id(url), f"Unrelated request {i}: name a fruit.", 4)
             time.sleep(1.0)  # the writer thread finishes the file
-        messages += [
-            {"role": "assistant", "content": first["text"]},
-            {"role": "user", "content": "And the second?"},
-        ]
-        port = free_port()
-        with started(
-            "llmflow-after-restart", COMMANDS["llmflow"](setup, port, **more), port, setup.logs
-        ) as url:
+        messages += [{"role": "assistant", "content": first["text"]},
+                     {"role": "user", "content": "And the second?"}]  # fmt: skip
+        with serve(setup, "llmflow", "llmflow-after-restart", prompt_cache_dir=cache_dir) as url:
             again = stream_chat(url, model_id(url), messages, 16)
-    usage = again["usage"]
     return {"cold_ttft_s": first["ttft_s"], "after_restart_ttft_s": again["ttft_s"],
-            "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
-            "prompt_tokens": usage["prompt_tokens"]}  # fmt: skip
+            "cached_share": reused_share(again["usage"])}  # fmt: skip
+
+
+def reused_share(usage: dict[str, Any]) -> float:
+    """The share of a prompt the server took from its cache (`cached_tokens`)."""
+    return usage["prompt_tokens_details"]["cached_tokens"] / usage["prompt_tokens"]
 
 
 def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
-    """Does reuse change a greedy answer? The same sessions, turn by turn, on the batching engine
-    with the conversation cache on and off (one model in process at a time). With it on, two
-    sequences for all the sessions: conversations go to the host tier and back, and the scheduler
-    says how long its thread spent saving them (the decode loop waits meanwhile)."""
+    """Does reuse change a greedy answer? The same sessions, turn by turn, with the conversation
+    cache on and off; with it on, two sequences for all of them, so conversations go to the host
+    tier and back, and the time the decode loop waited for saving them."""
     saving: dict[str, Any] = {}
     from llmflow import LLM
 
@@ -214,29 +164,17 @@ def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
     return {"answers": len(on), "identical": same, "weights": model.name, "saving": saving}
 
 
-PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict[str, Any]]] = {
-    "sessions": session,
-    "short": short_requests,
-    "streams": concurrent_streams,
-}
+PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict]] = {
+    "sessions": session, "short": short_requests, "streams": concurrent_streams}  # fmt: skip
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # --n-ctx: per sequence; --system-words: about 1.1k tokens
-    sizes = {"rounds": 3, "threads": usable_cores(), "parallel": 8, "n-ctx": 4096, "system-words": 900,
-             "turns": 6, "answer-tokens": 48, "short-requests": 8, "streams": 8, "stream-tokens": 96,
-             "sessions": 32, "revisit-system-words": 300, "cache-ram-mib": 512,
-             "identity-sessions": 12}  # fmt: skip
-    for name, default in sizes.items():
-        p.add_argument(f"--{name}", type=int, default=default)
+    p = parser(__doc__, rounds=3, parallel=8, n_ctx=4096, system_words=900, turns=6, answer_tokens=48,
+               short_requests=8, streams=8, stream_tokens=96, sessions=32, revisit_system_words=300,
+               cache_ram_mib=512, identity_sessions=12)  # fmt: skip
+    add_peer_arguments(p)
     p.add_argument("--peers-only", action="store_true", help="per server only (no cache tiers, no identity)")
-    p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
-    p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
-    p.add_argument("--llama-server-args", default="", help="more llama-server options, e.g. '-ngl 999'")
-    p.add_argument("--example-server", type=Path, help="examples/server/server.py of llama-cpp-python")
-    p.add_argument("--model", type=Path, default=None)
-    p.add_argument("--out", type=Path, required=True)
     return p.parse_args()
 
 
@@ -244,20 +182,13 @@ def main() -> None:
     args = parse_args()
     recording = Recording.begin("sessions")
     model = args.model or default_model_path()
-    logs = Path(tempfile.mkdtemp(prefix="llmflow-sessions-"))
-    args.llama_server = args.llama_server or ensure_llama_server(args.sdist)
-    setup = Setup(
-        model, args.threads, args.parallel, args.n_ctx, args.llama_server, args.example_server, logs,
-        tuple(shlex.split(args.llama_server_args)),
-    )  # fmt: skip
+    setup = Setup.of(args, model, Path(tempfile.mkdtemp(prefix="llmflow-sessions-")))
     servers = ["llmflow", "llama-server"] + (["example-server"] if args.example_server else [])
     samples: dict[str, Any] = {kind: {name: [] for name in servers} for kind in PER_SERVER}
     samples["revisits"], samples["restart"] = [], []
     for round_ in range(args.rounds):
-        order = servers if round_ % 2 == 0 else servers[::-1]
-        for name in order:
-            port = free_port()
-            with started(name, COMMANDS[name](setup, port), port, setup.logs) as url:
+        for name in servers if round_ % 2 == 0 else servers[::-1]:
+            with serve(setup, name) as url:
                 for kind, measure in PER_SERVER.items():
                     samples[kind][name].append(measure(url, 100 * round_ + len(name), args))
                     print(f"round {round_ + 1} {name} {kind} done", flush=True)
@@ -267,35 +198,30 @@ def main() -> None:
             print(f"round {round_ + 1} tiers done", flush=True)
     if not args.peers_only:
         samples["greedy_identity"] = greedy_identity(args, model)
+    config = {**config_of(args), "model": model.name, "servers": servers}
+    hidden = [str(p) for p in (model, setup.logs, args.llama_server, args.example_server) if p]
     summary = summarize(samples, servers)
-    config = {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()}  # no local paths
-    config["model"] = model.name
-    config["servers"] = servers
-    hidden = [str(p) for p in (model, logs, args.llama_server, args.example_server) if p]
     recording.write(args.out, config=config, samples=samples, summary=summary, hide=hidden)
+
+
+#: every server's figures: (its name in the summary, in llmflow's ratios, the measurement, its key there)
+FIGURES = (("ttft_turn1_s", "ttft_turn1", "sessions", "ttft_turn1_s"),
+           ("ttft_later_s", "ttft_later", "sessions", "ttft_later_s"),
+           ("short_ttft_p50_s", "short_ttft", "short", "ttft_p50_s"),
+           ("streams_chunks_per_s", "streams", "streams", "chunks_per_s"))  # fmt: skip
 
 
 def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
     def per_round(kind: str, name: str, key: str) -> list[float]:
         return [r[key] for r in samples[kind][name]]
 
-    summary: dict[str, Any] = {"servers": {}}
-    for name in servers:
-        summary["servers"][name] = {
-            "ttft_turn1_s": spread(per_round("sessions", name, "ttft_turn1_s")),
-            "ttft_later_s": spread(per_round("sessions", name, "ttft_later_s")),
-            "short_ttft_p50_s": spread(per_round("short", name, "ttft_p50_s")),
-            "streams_chunks_per_s": spread(per_round("streams", name, "chunks_per_s")),
-        }
-    figures = {"ttft_turn1": ("sessions", "ttft_turn1_s"), "ttft_later": ("sessions", "ttft_later_s"),
-               "short_ttft": ("short", "ttft_p50_s"), "streams": ("streams", "chunks_per_s")}  # fmt: skip
-    summary["llmflow_over"] = {
-        peer: {
-            name: paired_ratios(per_round(kind, "llmflow", key), per_round(kind, peer, key))
-            for name, (kind, key) in figures.items()
-        }
-        for peer in servers[1:]
-    }
+    summary: dict[str, Any] = {
+        "servers": {name: {figure: spread(per_round(kind, name, key)) for figure, _, kind, key in FIGURES}
+                    for name in servers},
+        "llmflow_over": {peer: {ratio: paired_ratios(per_round(kind, "llmflow", key),
+                                                     per_round(kind, peer, key))
+                                for _, ratio, kind, key in FIGURES} for peer in servers[1:]},
+    }  # fmt: skip
     revisit = samples["revisits"]
     if not revisit:
         return summary
@@ -308,7 +234,7 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
                            "budget_bytes": revisit[0]["budget_bytes"]}  # fmt: skip
     restarts = samples["restart"]
     cold_over = spread(r["cold_ttft_s"] / r["after_restart_ttft_s"] for r in restarts)
-    shares = spread(r["cached_tokens"] / r["prompt_tokens"] for r in restarts)
+    shares = spread(r["cached_share"] for r in restarts)
     summary["restart"] = {"cold_over_after_restart": cold_over, "cached_share": shares}
     summary["greedy_identity"] = samples["greedy_identity"]
     return summary

@@ -2,20 +2,11 @@
 the same GGUF: single-stream decode tokens/s with it on and off, greedy, on the "rewrite this text
 changing one word" requests of `bench_speculation` (answers that copy most of a ~600-token prompt).
 
-Servers, all kept up for the run, one request at a time among them:
-- `llmflow serve MODEL --engine llama_cpp` with `speculative=true`: side `llmflow on`; the same
-  server with the request's `"speculative": false`: side `llmflow off`;
-- `llama-server` without speculation (`llama-server off`) and with each `--spec-type` given
-  (`llama-server ngram-simple`, ...), each its own process (llama-server reads its speculation
-  from the command line only) with that type's own draft lengths.
-
-A request's decode tokens/s: its completion tokens less one over the time from its first content
-to its last. Each round sends every rewrite prompt to every side, the sides in an order that
-rotates from round to round; a side's figure for a round is the median over its prompts. Every
-side's answers are compared with its own server's answers without speculation.
-
-    python -m benchmarks.bench_speculation_servers --out benchmarks/results/speculation_servers.json \\
-        [--model M.gguf] [--llama-server PATH] [--llama-server-args '-ngl 999']
+Sides: `llmflow on` and `llmflow off` (one server, the request's `speculative` flag), `llama-server
+off` and one `llama-server TYPE` per `--spec-type` (its own process: llama-server reads speculation
+from its command line only). Each round sends every prompt to every side, the order rotating; a
+side's round is the median over its prompts, and its answers are compared with its own server's
+without speculation.
 """
 
 from __future__ import annotations
@@ -23,21 +14,18 @@ from __future__ import annotations
 import argparse
 import shlex
 import statistics
-import sys
 import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from benchmarks.bench_speculation import REWRITES, rewrite_prompt
 from benchmarks.peers.build_llama_server import ensure_llama_server
-from benchmarks.peers.compare_servers import Setup, llama_server_command
-from benchmarks.record import Recording, paired_ratios, rotated, spread
-from benchmarks.serve_process import free_port, started, stream_chat
-from llmflow.engines.llama_cpp import usable_cores
+from benchmarks.peers.compare_servers import Setup, add_peer_arguments, llama_server_command
+from benchmarks.record import Recording, config_of, paired_ratios, rotated, spread
+from benchmarks.serve_process import free_port, llmflow_serve, model_id, started, stream_chat
+from benchmarks.suite import parser
 from llmflow.engines.speculation import DRAFT_MAX
 from llmflow.model_files import default_model_path
 
@@ -54,15 +42,11 @@ def decode_rate(answer: dict[str, Any]) -> float | None:
 def servers(args: argparse.Namespace, model: Path) -> dict[str, Callable[[int], list[str]]]:
     """Each server's command for a port, by name: `llmflow`, `llama-server off`, then
     `llama-server TYPE` for each `--spec-type`."""
-    options = {"n_ctx": args.n_ctx, "n_threads": args.threads, "speculative": "true",
-               "draft_max": args.draft_max}  # fmt: skip
-    engine_options = [part for k, v in options.items() for part in ("--engine-option", f"{k}={v}")]
     more = shlex.split(args.llama_server_args)
 
     def llmflow(port: int) -> list[str]:
-        return [sys.executable, "-m", "llmflow", "serve", str(model), "--engine", "llama_cpp",
-                "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-                *engine_options]  # fmt: skip
+        options = {"n_ctx": args.n_ctx, "n_threads": args.threads, "draft_max": args.draft_max}
+        return llmflow_serve(port, "--engine", "llama_cpp", model=model, speculative="true", **options)
 
     def llama_server(spec: list[str]) -> Callable[[int], list[str]]:
         setup = Setup(model, args.threads, 1, args.n_ctx, args.llama_server, None, Path(), (*more, *spec))
@@ -92,16 +76,10 @@ def one_round(table: dict[str, tuple[str, dict, str]], models: dict[str, str], r
     for name in rotated(list(table), round_):
         url, more, _ = table[name]
         for i in range(len(REWRITES)):
-            messages = [{"role": "user", "content": rewrite_prompt(i)}]
-            answer = stream_chat(url, models[url], messages, args.max_tokens, **more)
-            answers[name].append(
-                {
-                    "rate": decode_rate(answer),
-                    "tokens": (answer["usage"] or {}).get("completion_tokens"),
-                    "ttft_s": answer["ttft_s"],
-                    "text": answer["text"],
-                }
-            )
+            answer = stream_chat(url, models[url], rewrite_prompt(i), args.max_tokens, **more)
+            tokens = (answer["usage"] or {}).get("completion_tokens")
+            answers[name].append({"rate": decode_rate(answer), "tokens": tokens, "ttft_s": answer["ttft_s"],
+                                  "text": answer["text"]})  # fmt: skip
         rate = statistics.median(a["rate"] or 0 for a in answers[name])
         print(f"round {round_ + 1} {name}: {rate:.1f} tok/s", flush=True)
     return answers
@@ -114,41 +92,24 @@ def summarize(rounds: list[dict[str, list[dict[str, Any]]]], table: dict[str, tu
         return statistics.median(rates) if rates else None
 
     rates = {name: [median_rate(r[name]) for r in rounds] for name in table}
-    summary: dict[str, Any] = {"decode_tok_s": {name: spread(values) for name, values in rates.items()}}
-    over_off, identical = {}, {}
-    for name, (_, _, baseline) in table.items():
-        if not baseline:
-            continue
-        over_off[name] = paired_ratios(rates[name], rates[baseline])
+    baselines = {name: baseline for name, (_, _, baseline) in table.items() if baseline}
+    identical = {}
+    for name, baseline in baselines.items():
         pairs = [(a["text"], b["text"]) for r in rounds for a, b in zip(r[name], r[baseline], strict=True)]
         identical[name] = {"same": sum(a == b for a, b in pairs), "answers": len(pairs)}
-    summary["on_over_off"] = over_off
-    summary["identical_to_off"] = identical
-    peers = [name for name in over_off if name.startswith("llama-server")]
-    summary["llmflow_on_over_llama_server"] = {
-        name: paired_ratios(rates["llmflow on"], rates[name]) for name in [f"llama-server {OFF}", *peers]
-    }
-    return summary
+    peers = [f"llama-server {OFF}", *(name for name in baselines if name.startswith("llama-server"))]
+    ours = rates["llmflow on"]
+    return {"decode_tok_s": {name: spread(values) for name, values in rates.items()},
+            "on_over_off": {name: paired_ratios(rates[name], rates[b]) for name, b in baselines.items()},
+            "identical_to_off": identical,
+            "llmflow_on_over_llama_server": {p: paired_ratios(ours, rates[p]) for p in peers}}  # fmt: skip
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", type=Path, help="a GGUF (default: the embedded model)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--n-ctx", type=int, default=2048)
+    p = parser(__doc__, rounds=3, max_tokens=256, n_ctx=2048)
     p.add_argument("--draft-max", type=int, default=DRAFT_MAX, help="llmflow's draft tokens per pass at most")
-    p.add_argument("--threads", type=int, default=usable_cores())
-    p.add_argument(
-        "--spec-type", action="append", help="llama-server --spec-type (default: ngram-simple, ngram-mod)"
-    )
-    p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
-    p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
-    p.add_argument("--llama-server-args", default="", help="more llama-server options, e.g. '-ngl 999'")
-    p.add_argument("--note", action="append", default=[], help="a line for the result (the machine, say)")
-    p.add_argument("--out", type=Path, required=True)
-    # `python -m benchmarks run` passes it to every peer benchmark; llama-server is this one's only peer
-    p.add_argument("--example-server", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--spec-type", action="append", help="llama-server's (default: ngram-simple, ngram-mod)")
+    add_peer_arguments(p)
     args = p.parse_args()
     args.spec_type = args.spec_type or ["ngram-simple", "ngram-mod"]
     return args
@@ -157,7 +118,6 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     recording = Recording.begin("speculation_servers")
-    recording.notes.extend(args.note)
     model = args.model or default_model_path()
     args.llama_server = args.llama_server or ensure_llama_server(args.sdist)
     logs = Path(tempfile.mkdtemp(prefix="llmflow-speculation-"))
@@ -166,20 +126,16 @@ def main() -> None:
         for name, command in servers(args, model).items():
             port = free_port()
             urls[name] = stack.enter_context(started(name.replace(" ", "-"), command(port), port, logs))
-        models = {url: httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
-                  for url in urls.values()}  # fmt: skip
+        models = {url: model_id(url) for url in urls.values()}
         table = sides(urls)
-        for name in table:  # warm-up: each server's first prompt and its CUDA graphs or thread teams
-            url, more, _ = table[name]
-            stream_chat(url, models[url], [{"role": "user", "content": rewrite_prompt(0)}], 16, **more)
+        for url, more, _ in table.values():  # warm-up: each server's first prompt, its CUDA graphs or threads
+            stream_chat(url, models[url], rewrite_prompt(0), 16, **more)
         rounds = [one_round(table, models, i, args) for i in range(args.rounds)]
-    summary = summarize(rounds, table)
     samples = {name: [[{k: a[k] for k in ("rate", "tokens", "ttft_s")} for a in r[name]] for r in rounds]
                for name in table}  # fmt: skip
-    config = {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()}  # no local paths
-    config.update(model=model.name, sides=list(table), rewrites=REWRITES)
+    config = {**config_of(args), "model": model.name, "sides": list(table), "rewrites": REWRITES}
     hidden = [str(p) for p in (model, logs, args.llama_server)]
-    recording.write(args.out, config=config, samples=samples, summary=summary, hide=hidden)
+    recording.write(args.out, config=config, samples=samples, summary=summarize(rounds, table), hide=hidden)
 
 
 if __name__ == "__main__":

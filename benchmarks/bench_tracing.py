@@ -1,12 +1,8 @@
 """Does tracing slow streaming down? `predict_stream` tokens/s with MLflow tracing on vs off.
 
-The embedded model in process, greedy, the same prompt; runs alternate (off, on, timings-only, in
-a rotating order) and start with an empty KV cache, so every mode pays the same prompt
-processing. Traces go to a temporary sqlite tracking store. Reports medians and the ratio
-on / off (target >= 0.98), plus the per-chunk cost of the observing wrapper itself, measured
-on a synthetic stream (no model) so that it is not lost in decoding noise.
-
-    .venv/bin/python benchmarks/bench_tracing.py --runs 9 --max-tokens 256
+Modes (off, on, timings only) alternate, each run from an empty KV cache; traces go to a temporary
+sqlite store. The observing wrapper's own cost per chunk is measured on a synthetic stream, where
+decoding noise does not hide it.
 """
 
 from __future__ import annotations
@@ -14,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from functools import partial
@@ -23,14 +18,13 @@ from typing import Any
 
 import mlflow
 
+from benchmarks.record import Recording, alternated, paired_ratios, spread
+from benchmarks.stream_timing import stream_record, time_stream, ttft_and_rate
+from benchmarks.suite import parser
 from llmflow import LLM
 from llmflow.mlflow import LlmflowPyfuncModel
 from llmflow.observability import ObservedGeneration, ObservedStream, RequestTimings, RequestTrace
 from llmflow.types import CancelToken, Chunk, FinishReason, Usage
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording, alternated, paired_ratios, spread
-from stream_timing import stream_record, time_stream
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
 MODES: dict[str, dict[str, Any]] = {"off": {"trace": False}, "on": {"trace": True},
@@ -71,13 +65,8 @@ def wrapper_cost_us(chunks: int, traced: bool) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=9)
-    parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tracing.json"))
-    args = parser.parse_args()
+    args = parser(__doc__, "benchmarks/results/tracing.json", runs=9, max_tokens=256).parse_args()
     recording = Recording.begin("tracing")
-
     with tempfile.TemporaryDirectory() as tmp:
         mlflow.set_tracking_uri(f"sqlite:///{Path(tmp) / 'mlflow.db'}")
         experiment_id = mlflow.MlflowClient().create_experiment("bench", artifact_location=Path(tmp).as_uri())
@@ -95,21 +84,15 @@ def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], 
         run_stream(model, 16, mode)
     sides = {name: partial(run_stream, model, args.max_tokens, name) for name in MODES}
     results = alternated(sides, args.runs, warm_up=False)
-
-    def rates(name: str) -> list[float]:
-        return [r[1] for r in results[name]]
-
     config, samples = stream_record(llm, args, PROMPT, results)
+    ttft, rate = ttft_and_rate(results)
     summary: dict[str, Any] = {}
     for name in MODES:
-        summary[f"{name}_tokens_per_s"] = spread(rates(name))
-        summary[f"{name}_ttft_ms"] = spread(r[0] * 1000 for r in results[name])
-    summary["tokens_per_s_ratio_on_off"] = paired_ratios(rates("on"), rates("off"))  # target >= 0.98
-    summary["tokens_per_s_ratio_timings_off"] = paired_ratios(rates("timings"), rates("off"))
-    wrapper = {
-        mode: [wrapper_cost_us(100_000, traced=mode == "traced") for _ in range(5)]
-        for mode in ("timings", "traced")
-    }
+        summary[f"{name}_tokens_per_s"], summary[f"{name}_ttft_ms"] = spread(rate[name]), spread(ttft[name])
+    summary["tokens_per_s_ratio_on_off"] = paired_ratios(rate["on"], rate["off"])  # target >= 0.98
+    summary["tokens_per_s_ratio_timings_off"] = paired_ratios(rate["timings"], rate["off"])
+    wrapper = {mode: [wrapper_cost_us(100_000, traced=mode == "traced") for _ in range(5)]
+               for mode in ("timings", "traced")}  # fmt: skip
     samples["wrapper_us_per_chunk"] = wrapper
     summary["wrapper_us_per_chunk"] = {mode: spread(values) for mode, values in wrapper.items()}
     llm.close()

@@ -1,19 +1,12 @@
 """One benchmark script on two checkouts of llmflow, alternated in one run: is a change's hot path
-slower? Each round runs the script of each tree (its own copy, on its own code) in a child
-process, the starting tree alternating, and reads the named figures from the result each run
-writes; the figures of both trees are then medians (min-max) over the same rounds.
-
-    python -m benchmarks.compare_trees --tree OLD_CHECKOUT --tree . --rounds 4 \\
-        --script benchmarks/bench_engine.py --args "--runs 3 --max-tokens 128" --figure tokens_per_s_ratio \\
-        --out benchmarks/results/engine_before_after.json
-
-A figure is looked up by name anywhere in the result (scripts' result formats changed over time);
-a spread (`{"median": ...}`) counts as its median.
+slower? Each round runs each tree's own script on its own code in a child process, the first tree
+alternating, and reads the named figures from the result; a figure is looked up by name anywhere in
+the result (formats changed over time), a spread counting as its median (`bench_serving.py` shows
+a use).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -24,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.record import Recording, spread
+from benchmarks.suite import parser
 
 
 def find(document: Any, name: str) -> float | None:
@@ -32,10 +26,8 @@ def find(document: Any, name: str) -> float | None:
         if name in document:
             value = document[name]
             return value.get("median") if isinstance(value, dict) else value
-        for value in document.values():
-            found = find(value, name)
-            if found is not None:
-                return found
+        found = (find(value, name) for value in document.values())
+        return next((value for value in found if value is not None), None)
     return None
 
 
@@ -47,36 +39,28 @@ def run_once(tree: Path, script: str, args: list[str], out: Path) -> dict[str, A
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", action="append", type=Path, required=True, help="twice: old, new")
-    parser.add_argument("--label", action="append", default=None, help="a name per tree (default: old, new)")
-    parser.add_argument("--script", required=True, help="the benchmark, relative to each tree")
-    parser.add_argument("--args", default="", help="the script's arguments, as one string")
-    parser.add_argument("--figure", action="append", required=True, help="a figure of its result to compare")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    p = parser(__doc__, rounds=4)
+    p.add_argument("--tree", action="append", type=Path, required=True, help="twice: old, new")
+    p.add_argument("--label", action="append", default=None, help="a name per tree (default: old, new)")
+    p.add_argument("--script", required=True, help="the benchmark, relative to each tree")
+    p.add_argument("--args", default="", help="the script's arguments, as one string")
+    p.add_argument("--figure", action="append", required=True, help="a figure of its result to compare")
+    args = p.parse_args()
     recording = Recording.begin(f"compare_trees:{Path(args.script).stem}")
-    trees = [tree.resolve() for tree in args.tree]
-    labels = args.label or ["old", "new"]
-    samples: dict[str, Any] = {label: {f: [] for f in args.figure} for label in labels}
-    commits = {label: _commit(tree) for label, tree in zip(labels, trees, strict=True)}
+    trees = dict(zip(args.label or ["old", "new"], (tree.resolve() for tree in args.tree), strict=True))
+    samples: dict[str, Any] = {label: {f: [] for f in args.figure} for label in trees}
+    commits = {label: subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True,
+                                     text=True).stdout.strip() for label, tree in trees.items()}  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
-            order = list(zip(labels, trees, strict=True))
-            for label, tree in order if round_ % 2 == 0 else order[::-1]:
+            for label, tree in list(trees.items())[:: 1 if round_ % 2 == 0 else -1]:
                 print(f"round {round_ + 1}/{args.rounds} · {label}", file=sys.stderr, flush=True)
                 result = run_once(tree, args.script, shlex.split(args.args), Path(scratch) / "result.json")
                 for figure in args.figure:
                     samples[label][figure].append(find(result, figure))
     summary = {label: {f: spread(v) for f, v in figures.items()} for label, figures in samples.items()}
     config = {"script": args.script, "args": args.args, "rounds": args.rounds, "trees": commits}
-    recording.write(args.out, config=config, samples=samples, summary=summary, hide=[str(t) for t in trees])
-
-
-def _commit(tree: Path) -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True)
-    return done.stdout.strip()
+    recording.write(args.out, config=config, samples=samples, summary=summary, hide=map(str, trees.values()))
 
 
 if __name__ == "__main__":

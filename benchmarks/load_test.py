@@ -1,12 +1,8 @@
 """Load: many streaming clients against one server with a bounded queue, on loopback.
 
-Each client sends streaming chat completions back to back for the whole duration. A refused
-request (429 or 503) must carry `Retry-After`; the client waits that long (capped) and goes on.
-Checked: zero 5xx other than 503-with-Retry-After, zero broken streams (every 200 stream ends
-with a finish chunk, a usage chunk and `[DONE]`, and no error event). Reported: TTFT p50/p99
-(request sent to first text delta), completion tokens/s and requests/s.
-
-    python benchmarks/load_test.py --clients 32 --duration 120 --max-queue 8
+Clients send streaming chat completions back to back; a refused request (429 or 503) must carry
+`Retry-After`, which the client waits (capped). Checked: no 5xx but 503-with-Retry-After, no
+broken stream (every 200 ends with a finish chunk, usage and `[DONE]`, no error event).
 """
 
 from __future__ import annotations
@@ -19,21 +15,19 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from functools import partial
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording
-from serve_process import (
-    ServeProcess,
+from benchmarks.serve_process import (
     add_server_arguments,
     busy_sequences,
     clients,
-    report,
-    server_args,
+    measure_served,
+    model_id,
     wait_idle,
 )
+from benchmarks.suite import parser
 
 
 @dataclass
@@ -59,6 +53,11 @@ class LoadResult:
     def ok(self) -> bool:
         clean = self.server_errors == self.broken_streams == self.refused_without_retry_after == 0
         return clean and self.ok_streams > 0 and self.busy_sequences_after == 0
+
+    def document(self) -> dict:
+        """The result without its TTFTs (they go to the samples) and with 20 problems at most."""
+        document = {k: v for k, v in asdict(self).items() if k != "ttfts"}
+        return {**document, "problems": self.problems[:20], "samples": {"ttft_s": self.ttfts}, "ok": self.ok}
 
 
 PROMPTS = ("Say hello.", "Name three colours.", "What is 2 + 2?", "Write a haiku.", "Count to five.")
@@ -127,9 +126,8 @@ async def _client(url: str, model: str, args: argparse.Namespace, r: LoadResult,
 
 
 def load(url: str, args: argparse.Namespace) -> LoadResult:
-    r = LoadResult(clients=args.clients)
-    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    r.seconds = clients(args.clients, lambda deadline: _client(url, model, args, r, deadline), args.duration)
+    r, model = LoadResult(clients=args.clients), model_id(f"{url}/v1")
+    r.seconds = clients(args.clients, partial(_client, url, model, args, r), args.duration)
     r.busy_sequences_after = busy_sequences(wait_idle(url))
     if r.ttfts:
         ordered = sorted(r.ttfts)
@@ -140,28 +138,13 @@ def load(url: str, args: argparse.Namespace) -> LoadResult:
     return r
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--clients", type=int, default=32)
+def main(argv: list[str] | None = None) -> LoadResult:
+    p = parser(__doc__, "", clients=32, max_queue=8, max_tokens=32, seed=0)  # --max-queue: the server's bound
     p.add_argument("--duration", type=float, default=120, help="seconds during which clients send requests")
-    p.add_argument("--max-queue", type=int, default=8, help="the server queue bound")
-    p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--request-timeout", type=float, default=120)
     add_server_arguments(p)
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> LoadResult:
-    args = parse_args(argv)
-    recording = Recording.begin("load")
-    random.seed(args.seed)
-    with ServeProcess(server_args(args, args.max_queue)) as server:
-        result = load(server.url, args)
-    document = {k: v for k, v in asdict(result).items() if k != "ttfts"}
-    document["problems"] = document["problems"][:20]
-    document["samples"] = {"ttft_s": result.ttfts}
-    report({**document, "ok": result.ok}, args, recording)
-    return result
+    args = p.parse_args(argv)
+    return measure_served("load", args, args.max_queue, lambda server: load(server.url, args))
 
 
 if __name__ == "__main__":

@@ -1,16 +1,14 @@
 """One shape for every benchmark's result file: what ran, where, on which commit, and its summary.
 
-A script starts a `Recording` before it measures anything (the 1-minute load average then) and
-writes its result through `Recording.write` (the load average again), so a reader can tell a quiet
-machine from a shared one. The result file in `benchmarks/results/` keeps the summary (medians,
-min-max, every round's value a ratio needs), the settings, commit and machine: what the renderer
-reads, and all that goes into git. Every request's raw samples go beside it, under `raw/`, which git
-ignores (`split_samples`; `python -m benchmarks strip FILE...` does the same for a file written
-elsewhere, such as a GPU run's).
+`Recording.begin` before measuring and `Recording.write` after both take the load average, so a
+reader can tell a quiet machine from a shared one. The result file keeps what the renderer reads
+(summary, settings, commit, machine) and goes into git; the raw samples go beside it under `raw/`,
+which git ignores (`python -m benchmarks strip FILE...` splits a file written elsewhere).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -44,6 +42,10 @@ def spread(values: Iterable[float | None]) -> dict[str, float] | None:
     return {"median": statistics.median(clean), "min": min(clean), "max": max(clean), "n": len(clean)}
 
 
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def load_average() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
@@ -52,25 +54,27 @@ def load_average() -> float | None:
 NOT_MEASURED = ("benchmarks/results", "*.md")
 
 
+def output(*command: str, timeout: float | None = None) -> str | None:
+    """What a command run in the repository prints, or None where it cannot run or fails."""
+    try:
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
 def git_commit() -> dict[str, Any]:
     """The commit measured and whether the tree had changes on top of it that can change a
     measurement: result files and the documents rendered from them do not count (a run of
     several benchmarks writes them as it goes)."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    changes = git("status", "--porcelain", "-uno", "--", ".", *(f":(exclude){p}" for p in NOT_MEASURED))
-    return {"sha": git("rev-parse", "HEAD") or None, "dirty": bool(changes)}
+    excluded = [f":(exclude){path}" for path in NOT_MEASURED]
+    changes = output("git", "status", "--porcelain", "-uno", "--", ".", *excluded)
+    return {"sha": output("git", "rev-parse", "HEAD"), "dirty": bool(changes)}
 
 
 def cpu_model() -> str:
     """`lscpu`'s model name (platform.processor() is empty on most Linux machines)."""
-    try:
-        lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines()
-    except OSError:
-        lines = []
+    lines = (output("lscpu") or "").splitlines()
     names = [line.partition(":")[2].strip() for line in lines if line.strip().startswith("Model name:")]
     return names[0] if names else platform.processor() or platform.machine()
 
@@ -87,22 +91,15 @@ def llama_cpp_system_info() -> str | None:
 def package_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in PACKAGES:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return versions
 
 
 def gpu_names() -> str | None:
     """The NVIDIA GPUs' names, comma-separated, or None without `nvidia-smi` (a CPU machine)."""
-    try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    return ", ".join(names) if done.returncode == 0 and names else None
+    names = output("nvidia-smi", "--query-gpu=name", "--format=csv,noheader", timeout=30) or ""
+    return ", ".join(line.strip() for line in names.splitlines() if line.strip()) or None
 
 
 def machine() -> dict[str, Any]:
@@ -147,28 +144,27 @@ class Recording:
 
     @classmethod
     def begin(cls, benchmark: str, quick: bool = False) -> Recording:
-        started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         quick = quick or os.environ.get("LLMFLOW_BENCH_QUICK") == "1"
-        return cls(benchmark, command_line(), started_at, load_average(), quick)
-
-    def document(self, config: dict[str, Any], samples: Any, summary: dict[str, Any]) -> dict[str, Any]:
-        info = machine()
-        info["load_1m_start"] = self.load_1m_start
-        info["load_1m_end"] = load_average()
-        finished_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        return {"schema": SCHEMA, "benchmark": self.benchmark, "command": self.command, "quick": self.quick,
-                "commit": self.commit, "started_at": self.started_at, "finished_at": finished_at,
-                "machine": info, "config": config, "summary": summary, "notes": self.notes,
-                "samples": samples}  # fmt: skip
+        return cls(benchmark, command_line(), now(), load_average(), quick)
 
     def write(self, out: Path, *, config: dict[str, Any], samples: Any, summary: dict[str, Any],
               hide: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
         """Write the result file and its samples (`write_split`); every string in `hide` (a local
         model path) becomes its file name. Returns the result file's document."""
-        text = json.dumps(self.document(config, samples, summary), indent=2, default=str)
+        info = {**machine(), "load_1m_start": self.load_1m_start, "load_1m_end": load_average()}
+        document = {"schema": SCHEMA, "benchmark": self.benchmark, "command": self.command,
+                    "quick": self.quick, "commit": self.commit, "started_at": self.started_at,
+                    "finished_at": now(), "machine": info, "config": config, "summary": summary,
+                    "notes": self.notes, "samples": samples}  # fmt: skip
+        text = json.dumps(document, indent=2, default=str)
         for path in hide:
             text = text.replace(str(path), Path(path).name)
         return write_split(out, json.loads(text))
+
+
+def config_of(args: Any) -> dict[str, Any]:
+    """A script's options as its result's config: every path as its file name (no local paths)."""
+    return {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items()}
 
 
 def split_samples(document: Any) -> tuple[Any, Any]:
@@ -207,8 +203,7 @@ def bench_figures(summary: dict[str, Any]) -> dict[str, Any]:
     """What server comparisons read from the summary of a `llmflow bench` level."""
     ttft, itl = summary["ttft_s"], summary["itl_s"]
     return {"output_tok_s": summary["output_throughput"], "ttft_p50_s": ttft["median"],
-            "ttft_p99_s": ttft["p99"],
-            "itl_p50_s": itl["median"], "itl_p99_s": itl["p99"]}  # fmt: skip
+            "ttft_p99_s": ttft["p99"], "itl_p50_s": itl["median"], "itl_p99_s": itl["p99"]}  # fmt: skip
 
 
 def paired_ratios(numerators: Iterable[float | None], denominators: Iterable[float | None]) -> dict | None:

@@ -1,5 +1,6 @@
-"""`llmflow serve` in a child process on a free loopback port, for the reliability scripts: the
-server runs apart from the clients, so its memory (RSS) and signals are its own."""
+"""Servers in child processes on free loopback ports: `llmflow serve` for the reliability scripts
+(`ServeProcess`: the server's memory and signals are its own), any OpenAI-compatible server for the
+comparisons (`started`); and what the benchmarks ask them (`stream_chat`, `metric`, `wait_idle`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -20,31 +22,30 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import Recording
+from benchmarks.record import Recording, config_of
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options the reliability scripts share: what to serve, the seed, where to write."""
+    """What the reliability scripts serve."""
     parser.add_argument("--model", default=None, help="MODEL for llmflow serve (default: the embedded model)")
     parser.add_argument("--engine", default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
 
 
-def server_args(args: argparse.Namespace, max_queue: int) -> list[str]:
-    """`llmflow serve` arguments for the options of `add_server_arguments`."""
-    model, engine = [args.model] if args.model else [], ["--engine", args.engine] if args.engine else []
-    return ["--max-queue", str(max_queue), *model, *engine]
-
-
-def report(document: dict, args: argparse.Namespace, recording: Recording) -> None:
-    """Print a script's result as JSON, and write it to `--out` too (with the machine and commit;
-    its config: the script's options but the output path)."""
+def measure_served(name: str, args: argparse.Namespace, max_queue: int, measure: Callable[..., Any]) -> Any:
+    """`measure(server)` against `llmflow serve` in a child process (`add_server_arguments`, a queue
+    of `max_queue`), `random` seeded with `--seed` first. The result's `document()` is printed as
+    JSON, and written to `--out` where given (with the machine and commit)."""
+    recording = Recording.begin(name)
+    random.seed(args.seed)
+    served = [*([args.model] if args.model else []), *(["--engine", args.engine] if args.engine else [])]
+    with ServeProcess(["--max-queue", str(max_queue), *served]) as server:
+        result = measure(server)
+    document = result.document()
     print(json.dumps(document, indent=2))
     if args.out:
-        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
-        recording.write(args.out, config=config, samples=document.pop("samples", None), summary=document)
+        samples = document.pop("samples", None)
+        recording.write(args.out, config=config_of(args), samples=samples, summary=document)
+    return result
 
 
 def clients(count: int, client: Callable[[float], Awaitable[None]], duration_s: float) -> float:
@@ -56,6 +57,19 @@ def clients(count: int, client: Callable[[float], Awaitable[None]], duration_s: 
 
     asyncio.run(main())
     return round(time.monotonic() - start, 1)
+
+
+def llmflow_serve(port: int, *more: str, model: Path | None = None, **options: Any) -> list[str]:
+    """The command of `llmflow serve [MODEL]` on 127.0.0.1:`port`, logging warnings only, each of
+    `options` an `--engine-option KEY=VALUE`, then `more` arguments."""
+    engine_options = [part for k, v in options.items() for part in ("--engine-option", f"{k}={v}")]
+    return [sys.executable, "-m", "llmflow", "serve", *([str(model)] if model else []), "--port", str(port),
+            "--log-level", "warning", *engine_options, *more]  # fmt: skip
+
+
+def model_id(url: str) -> str:
+    """The first model a server lists (`url`: its `/v1` base)."""
+    return httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
 
 
 def free_port() -> int:
@@ -77,10 +91,11 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int, **more: Any) -> dict[str, Any]:
-    """One streamed, greedy chat request (`more`: more body fields): TTFT and the time of the last
-    content (both from the start), end-to-end time, the answer and its chunk count, and the usage
-    and llama-server's `timings` where sent."""
+def stream_chat(url: str, model: str, chat: list[dict] | str, max_tokens: int, **more: Any) -> dict[str, Any]:
+    """One streamed, greedy chat request (`chat`: the messages, or one user message's text; `more`:
+    more body fields): TTFT and the time of the last content (both from the start), end-to-end time,
+    the answer and its chunk count, and the usage and llama-server's `timings` where sent."""
+    messages = [{"role": "user", "content": chat}] if isinstance(chat, str) else chat
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
             "stream": True, "stream_options": {"include_usage": True}, **more}  # fmt: skip
     start = time.perf_counter()
@@ -123,68 +138,61 @@ def busy_sequences(text: str) -> float:
 
 
 class ServeProcess:
-    """`with ServeProcess(["--max-queue", "8"]) as server: server.url, server.pid`."""
+    """`with ServeProcess(["--max-queue", "8"]) as server: server.url, server.process.pid`; what
+    the server printed is in `server.output` once it has stopped."""
 
     def __init__(
         self, args: Sequence[str] = (), *, env: dict[str, str] | None = None, start_timeout_s: float = 180
     ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [sys.executable, "-m", "llmflow", "serve", "--port", str(self.port),
-                     "--log-level", "warning", *args]  # fmt: skip
+        self.args = llmflow_serve(self.port, *args)
         self.env = {**os.environ, **(env or {})}
         self.start_timeout_s = start_timeout_s
-        self.process: subprocess.Popen[str] | None = None
         self.output = ""
 
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def start(self) -> ServeProcess:
+    def __enter__(self) -> ServeProcess:
         self.process = subprocess.Popen(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env
         )
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited at start: {self.process.communicate()[0]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"the server on {self.url} did not start in {self.start_timeout_s} s")
+        if answers(self.process, f"{self.url}/health", self.start_timeout_s):
+            return self
+        self.__exit__()
+        raise RuntimeError(f"the server on {self.url} did not start:\n{self.output}")
 
     def terminate(self) -> None:
         """SIGTERM: a graceful shutdown."""
-        assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
 
     def wait(self, timeout_s: float = 60) -> int:
-        assert self.process is not None
         out, _ = self.process.communicate(timeout=timeout_s)
         self.output += out or ""
         return self.process.returncode
 
-    def stop(self) -> None:
-        if self.process is None or self.process.returncode is not None:
+    def __exit__(self, *exc: object) -> None:
+        """Stop it where it still runs (SIGTERM, then SIGKILL after 30 s), keeping what it printed."""
+        if self.process.stdout is None or self.process.stdout.closed:  # `wait` has read it all
             return
-        self.terminate()
+        if self.process.poll() is None:
+            self.terminate()
         try:
             self.wait(30)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.wait(10)
 
-    def __enter__(self) -> ServeProcess:
-        return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+def answers(process: subprocess.Popen, url: str, timeout_s: float) -> bool:
+    """Whether `url` answers with a success within `timeout_s` (False as soon as the process exits)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(url, timeout=2, trust_env=False).is_success:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
 
 
 @contextmanager
@@ -195,18 +203,8 @@ def started(name: str, command: list[str], port: int, logs: Path, timeout_s: flo
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"{name} exited with {process.returncode}:\n{log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2, trust_env=False).is_success:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{name} did not start:\n{log.read_text()[-2000:]}")
-            time.sleep(0.3)
+        if not answers(process, f"http://127.0.0.1:{port}/v1/models", timeout_s):
+            raise SystemExit(f"{name} did not start (exit {process.poll()}):\n{log.read_text()[-2000:]}")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         process.terminate()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
@@ -16,9 +17,7 @@ def time_stream(
     token, tokens generated as the final chunk's usage counts them). `final_tokens`: a chunk's
     token count when it is the final one, else None (default: llmflow's `Chunk`)."""
     final_tokens = final_tokens or (lambda chunk: chunk.usage.completion_tokens if chunk.is_final else None)
-    start = time.perf_counter()
-    first = None
-    tokens = 0
+    start, first, tokens = time.perf_counter(), None, 0
     for chunk in start_stream():
         counted = final_tokens(chunk)
         if counted is not None:
@@ -42,31 +41,31 @@ def decode_speed(chunks: Iterable[Any]) -> tuple[float, int, str]:
             pieces.append(chunk.text)
             first = first or now
             last = now
-    return (
-        ((tokens - 1) / (last - first) if first and last and last > first else 0.0),
-        tokens,
-        "".join(pieces),
-    )
+    rate = (tokens - 1) / (last - first) if first and last and last > first else 0.0
+    return rate, tokens, "".join(pieces)
 
 
 def at_once(count: int, run: Callable[[int], Any]) -> tuple[float, list[Any]]:
     """`run(0)` ... `run(count - 1)` in threads released together: (wall seconds from the release
     until all have returned, their results)."""
-    results: list[Any] = [None] * count
     barrier = threading.Barrier(count + 1)
 
-    def one(i: int) -> None:
+    def one(i: int) -> Any:
         barrier.wait()
-        results[i] = run(i)
+        return run(i)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - start, results
+    with ThreadPoolExecutor(count) as pool:
+        futures = [pool.submit(one, i) for i in range(count)]
+        barrier.wait()
+        start = time.perf_counter()
+        results = [future.result() for future in futures]
+        return time.perf_counter() - start, results
+
+
+def ttft_and_rate(results: dict[str, list[tuple[float, float, int]]]) -> tuple[dict, dict]:
+    """Each side's TTFT in ms and decode tokens/s, run by run, from its `time_stream` results."""
+    ttft = {name: [r[0] * 1000 for r in runs] for name, runs in results.items()}
+    return ttft, {name: [r[1] for r in runs] for name, runs in results.items()}
 
 
 def stream_record(
@@ -75,8 +74,5 @@ def stream_record(
     """The config and samples of a result made of `time_stream` runs, side by side."""
     config = {"model": llm.model_name, "threads": llm.engine.options.n_threads, "max_tokens": args.max_tokens,
               "runs": args.runs, "prompt": prompt}  # fmt: skip
-    samples = {
-        name: [{"ttft_s": r[0], "decode_tok_s": r[1], "tokens": r[2]} for r in rs]
-        for name, rs in results.items()
-    }
-    return config, samples
+    keys = ("ttft_s", "decode_tok_s", "tokens")
+    return config, {name: [dict(zip(keys, r, strict=True)) for r in runs] for name, runs in results.items()}

@@ -6,10 +6,22 @@ rounds, short answers) into `benchmarks/results/quick/`, so that it never replac
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def parser(doc: str, out: str | None = None, **numbers: int) -> argparse.ArgumentParser:
+    """A benchmark script's command line: its docstring's first paragraph as the description, an
+    integer option for each of `numbers` (`max_tokens=128`: `--max-tokens`, 128 by default), and
+    `--out`: required where `out` is None, else its default ("": none, the result is only printed)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for name, default in numbers.items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
+    p.add_argument("--out", type=Path, default=Path(out) if out else None, required=out is None)
+    return p
 
 
 @dataclass(frozen=True)
@@ -19,12 +31,6 @@ class Benchmark:
     args: tuple[str, ...]
     quick: tuple[str, ...]
     about: str
-
-    def result(self, quick: bool, root: Path = RESULTS) -> Path:
-        return (root / "quick" if quick else root) / f"{self.name}.json"
-
-    def command(self, quick: bool, out: Path, python: str = "python") -> list[str]:
-        return [python, "-m", self.module, *(self.quick if quick else self.args), "--out", str(out)]
 
 
 SUITE: tuple[Benchmark, ...] = (

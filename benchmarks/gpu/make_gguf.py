@@ -6,19 +6,12 @@ Two steps, because the machine with the GPU has no embedded model and carries li
     # here: the embedded model's tokenizer (vocabulary, merges, special tokens, chat template)
     python benchmarks/gpu/make_gguf.py tokenizer LLAMA_CPP_SRC out/tokenizer.json
     # there: random init with transformers -> convert_hf_to_gguf.py (f16) -> llama-quantize
-    python benchmarks/gpu/make_gguf.py model LLAMA_CPP_SRC out/tokenizer.json OUT_DIR \
+    python benchmarks/gpu/make_gguf.py model LLAMA_CPP_SRC out/tokenizer.json OUT_DIR \\
         --shape llama3-8b --quantize-with BIN/llama-quantize --types Q4_K_M
 
-The f16 file needs no llama.cpp build (only its source tree's Python), so it can be made while
-the build runs, and the same command run again once `llama-quantize` exists only quantizes.
-
-A file to carry can be made smaller here (e.g. the tiny vision model's text model):
-
-    python benchmarks/gpu/make_gguf.py quantize vision/vision-f16.gguf vision/vision-Q8_0.gguf
-
-LLAMA_CPP_SRC is a llama.cpp source tree (the one llama-cpp-python was built from): its
-`convert_hf_to_gguf.py` writes the f16 file, with the tokenizer taken from the JSON instead of
-Hugging Face tokenizer files.
+LLAMA_CPP_SRC: the llama.cpp source llama-cpp-python was built from. The f16 file needs only its
+Python, so it can be made while the build runs; run again once `llama-quantize` exists, the
+command only quantizes.
 """
 
 from __future__ import annotations
@@ -140,21 +133,6 @@ def make_model(args: argparse.Namespace) -> None:
     print(json.dumps({"shape": args.shape, "vocab_size": vocab_size, **timings}), flush=True)
 
 
-def quantize_here(source: Path, target: Path, kind: str) -> None:
-    """`source` quantized by the installed llama-cpp-python (no llama.cpp tools needed), e.g. a
-    small model's f16 file made smaller to carry."""
-    import ctypes
-
-    import llama_cpp
-
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind}")
-    status = llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params))
-    if status != 0:
-        raise SystemExit(f"llama.cpp could not quantize {source} to {kind} (status {status})")
-    print(f"{source.name} -> {target} ({target.stat().st_size} bytes)")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     steps = parser.add_subparsers(dest="step", required=True)
@@ -170,18 +148,12 @@ def main() -> None:
     model.add_argument("--quantize-with", type=Path, help="the llama-quantize binary")
     model.add_argument("--types", nargs="*", default=[], help="quantization types, e.g. Q4_K_M")
     model.add_argument("--seed", type=int, default=0)
-    shrink = steps.add_parser("quantize", help="quantize a GGUF with the installed llama-cpp-python")
-    shrink.add_argument("source", type=Path)
-    shrink.add_argument("target", type=Path)
-    shrink.add_argument("--type", default="Q8_0", help="a llama_ftype name without LLAMA_FTYPE_MOSTLY_")
     args = parser.parse_args()
     if args.step == "tokenizer":
         extract_tokenizer(args.llama_cpp_src, args.out, args.source)
-    elif args.step == "quantize":
-        quantize_here(args.source, args.target, args.type)
+    elif args.types and args.quantize_with is None:
+        parser.error("--types needs --quantize-with")
     else:
-        if args.types and args.quantize_with is None:
-            parser.error("--types needs --quantize-with")
         make_model(args)
 
 

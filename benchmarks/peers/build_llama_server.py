@@ -1,17 +1,14 @@
 """Build llama.cpp's `llama-server` and `llama-batched-bench` once, from the pinned llama-cpp-python sdist.
 
-The peer then runs the very llama.cpp that llmflow links against, compiled with the same
-instruction sets (`scripts/build_llama_cpp.py`'s flags). The build lives in a cache directory
-outside the repository (default `~/.cache/llmflow-peers`) and is reused while its stamp matches; it is
-never part of CI. Without `--sdist` the sdist is fetched with `pip download`.
-
-    python -m benchmarks.peers.build_llama_server [--sdist llama_cpp_python-X.tar.gz] [--jobs 2]
+The peer then runs the very llama.cpp that llmflow links against, with the same instruction sets
+(`scripts/build_llama_cpp.py`'s flags). The build is cached outside the repository (default
+`~/.cache/llmflow-peers`) while its stamp matches; without `--sdist` the sdist is `pip download`ed.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
 import re
@@ -43,30 +40,21 @@ def pinned_version(pyproject: Path = PYPROJECT) -> str:
 
 def download_sdist(version: str, cache: Path) -> Path:
     """`pip download` the source distribution (the registry's ordinary client) into the cache."""
-    target = cache / "sdist"
-    target.mkdir(parents=True, exist_ok=True)
-    found = sorted(target.glob(f"llama_cpp_python-{version}.tar.gz"))
-    if not found:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-             f"llama-cpp-python=={version}", "-d", str(target)],
-            check=True,
-        )  # fmt: skip
-        found = sorted(target.glob(f"llama_cpp_python-{version}.tar.gz"))
-    if not found:
-        raise SystemExit(f"pip download gave no llama_cpp_python-{version}.tar.gz in {target}")
-    return found[0]
+    sdist = cache / "sdist" / f"llama_cpp_python-{version}.tar.gz"
+    if not sdist.is_file():
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        f"llama-cpp-python=={version}", "-d", str(sdist.parent)], check=True)  # fmt: skip
+    if not sdist.is_file():
+        raise SystemExit(f"pip download gave no {sdist.name} in {sdist.parent}")
+    return sdist
 
 
 def llama_cpp_source(sdist: Path, cache: Path) -> Path:
     """Unpack the sdist once; its `vendor/llama.cpp` is the source to build."""
-    name = sdist.name.removesuffix(".tar.gz")
-    root = cache / "src" / name
-    source = root / "vendor" / "llama.cpp"
+    source = cache / "src" / sdist.name.removesuffix(".tar.gz") / "vendor" / "llama.cpp"
     if not source.is_dir():
-        root.parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(sdist) as archive:
-            archive.extractall(root.parent, filter="data")
+            archive.extractall(cache / "src", filter="data")
     if not source.is_dir():
         raise SystemExit(f"{sdist} holds no vendor/llama.cpp")
     return source
@@ -77,11 +65,8 @@ def extra_cmake_options() -> list[str]:
     (AMX off, so that the peer neither crashes on AMX Xeons nor computes with other kernels),
     then `CMAKE_ARGS`, which both builds read last."""
     if str(BUILD_SCRIPT.parent) not in sys.path:
-        sys.path.insert(0, str(BUILD_SCRIPT.parent))  # the script imports its sibling `heartbeat`
-    spec = importlib.util.spec_from_file_location("build_llama_cpp", BUILD_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    build_llama_cpp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build_llama_cpp)
+        sys.path.insert(0, str(BUILD_SCRIPT.parent))  # the script and its sibling `heartbeat`
+    build_llama_cpp = importlib.import_module(BUILD_SCRIPT.stem)
     flags = [a for a in build_llama_cpp.cmake_args(build_llama_cpp.this_cpu_flags()) if "GGML_" in a]
     return [*flags, *shlex.split(os.environ.get("CMAKE_ARGS", ""))]
 
@@ -90,10 +75,9 @@ def extra_cmake_options() -> list[str]:
 TARGETS = ("llama-server", "llama-batched-bench")
 
 
-def build(source: Path, build_dir: Path, jobs: int) -> Path:
-    """Configure and build the `TARGETS` only (Ninja when present)."""
+def build(source: Path, build_dir: Path, jobs: int, options: list[str]) -> Path:
+    """Configure with `options` and build the `TARGETS` only (Ninja when present)."""
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    options = [*CMAKE_OPTIONS, *extra_cmake_options()]
     subprocess.run(["cmake", "-S", str(source), "-B", str(build_dir), *generator, *options], check=True)
     subprocess.run(["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs)], check=True)
     binary = build_dir / "bin" / "llama-server"
@@ -104,8 +88,7 @@ def build(source: Path, build_dir: Path, jobs: int) -> Path:
 
 def ensure_llama_server(sdist: Path | None, cache: Path = DEFAULT_CACHE, jobs: int | None = None) -> Path:
     """Return the cached `llama-server`, building it first if the cache has none for this sdist."""
-    version = pinned_version()
-    sdist = sdist or download_sdist(version, cache)
+    sdist = sdist or download_sdist(pinned_version(), cache)
     build_dir = cache / "build" / sdist.name.removesuffix(".tar.gz")
     binary = build_dir / "bin" / "llama-server"
     stamp = build_dir / "llmflow-stamp.json"
@@ -113,8 +96,7 @@ def ensure_llama_server(sdist: Path | None, cache: Path = DEFAULT_CACHE, jobs: i
     wanted = {"sdist": sdist.name, "size": sdist.stat().st_size, "cmake": cmake, "targets": list(TARGETS)}
     if binary.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == wanted:
         return binary
-    source = llama_cpp_source(sdist, cache)
-    binary = build(source, build_dir, jobs or os.cpu_count() or 1)
+    binary = build(llama_cpp_source(sdist, cache), build_dir, jobs or os.cpu_count() or 1, cmake)
     stamp.write_text(json.dumps(wanted))
     return binary
 

@@ -1,23 +1,10 @@
 """llmflow serve against the strongest CPU peers, side by side in one run, measured with `llmflow bench`.
 
-Four OpenAI-compatible servers on 127.0.0.1, started once and kept up for the whole run, on the
-same GGUF (the embedded model unless `--model`), the same threads and the same prompts:
-
-- `llmflow`: `llmflow serve` on its batching engine (`--parallel` sequences);
-- `llama-server`: llama.cpp's own C++ server with continuous batching (`--parallel` slots), built
-  from the llama.cpp inside the pinned llama-cpp-python sdist (`build_llama_server.py`);
-- `example-server`: llama-cpp-python's example batching server (`examples/server/server.py` of its
-  repository, given with `--example-server`; `n_seq_max` = `--parallel`);
-- `llama_cpp.server`: `python -m llama_cpp.server`, one request at a time.
-
-Workloads: closed loops at each `--concurrency`, Poisson arrivals at each `--rates` (requests/s),
-and a shared-prefix chat (one long system prompt, a short different question per request) at
-`--prefix-concurrency`. In each round every workload runs on every server, the servers in an order
-that rotates from workload to workload and round to round, so drift on a shared machine lands on
-all of them alike. Output tokens are counted by re-tokenizing every answer with the model's
-tokenizer (not every server sends usage). Every request record of every round is kept.
-
-    python -m benchmarks.peers.compare_servers --example-server PATH/examples/server/server.py
+On the same GGUF, threads and prompts: `llmflow` (batching engine), `llama-server` (built from the
+pinned sdist's llama.cpp), `example-server` (llama-cpp-python's example batching server) and
+`llama_cpp.server` (one request at a time), at closed-loop `--concurrency` levels, Poisson `--rates`
+and a shared-prefix chat. The servers' order rotates by workload and round, so drift on a shared
+machine lands on all alike; output tokens are re-tokenized (not every server sends usage).
 """
 
 from __future__ import annotations
@@ -29,14 +16,15 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers.build_llama_server import DEFAULT_CACHE, ensure_llama_server
-from benchmarks.record import Recording, spread
-from benchmarks.serve_process import free_port, started
+from benchmarks.peers.build_llama_server import ensure_llama_server
+from benchmarks.record import Recording, config_of, rotated, spread
+from benchmarks.serve_process import free_port, llmflow_serve, started
+from benchmarks.suite import parser
 from llmflow.bench import BenchOptions, run_bench
 from llmflow.bench.driver import parse_list
 from llmflow.engines.llama_cpp import usable_cores
@@ -55,6 +43,24 @@ class Setup:
     #: more llama-server options (`--kv-unified`, say)
     llama_server_args: tuple[str, ...] = ()
 
+    @classmethod
+    def of(cls, args: argparse.Namespace, model: Path, logs: Path, *more: str) -> Setup:
+        """The setup of `add_peer_arguments`, `--parallel` and `--n-ctx`; `more`: llama-server options."""
+        args.llama_server = args.llama_server or ensure_llama_server(args.sdist)
+        peer_args = (*more, *shlex.split(args.llama_server_args))
+        servers = (args.llama_server, args.example_server)
+        return cls(model, args.threads, args.parallel, args.n_ctx, *servers, logs, peer_args)
+
+
+def add_peer_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of every benchmark against llama.cpp's own server."""
+    p.add_argument("--model", type=Path, default=None, help="GGUF file; default: the embedded model")
+    p.add_argument("--threads", type=int, default=usable_cores())
+    p.add_argument("--llama-server", type=Path, help="default: built from the pinned sdist (cached)")
+    p.add_argument("--sdist", type=Path, help="llama-cpp-python sdist to build llama-server from")
+    p.add_argument("--llama-server-args", default="", help="more llama-server options, e.g. '-ngl 999'")
+    p.add_argument("--example-server", type=Path, help="examples/server/server.py of llama-cpp-python")
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -64,9 +70,8 @@ class Workload:
     prefix: tuple[int, int] | None = None
 
     def for_round(self, round_: int, logs: Path) -> BenchOptions:
-        """This round's requests: synthetic prompts from a seed of the round's own, a dataset
-        with the round's own questions. Servers with a prompt cache (llama-server, the example
-        server) would otherwise answer the next rounds' repeated prompts from it."""
+        """This round's requests, new in every round: a server's prompt cache would otherwise
+        answer the repeated prompts."""
         options = replace(self.options, seed=self.options.seed + round_)
         if self.prefix is None:
             return options
@@ -79,12 +84,8 @@ class Workload:
 
 def llmflow_command(setup: Setup, port: int, **more: str) -> list[str]:
     options = {"n_threads": setup.threads, "n_ctx": setup.n_ctx, "parallel": setup.parallel, **more}
-    engine_options = [a for k, v in options.items() for a in ("--engine-option", f"{k}={v}")]
-    return [
-        sys.executable, "-m", "llmflow", "serve", str(setup.model),
-        "--host", "127.0.0.1", "--port", str(port), "--engine", "llama_cpp_batched", *engine_options,
-        "--max-queue", "4096", "--log-level", "warning",
-    ]  # fmt: skip
+    more_args = ("--engine", "llama_cpp_batched", "--max-queue", "4096")
+    return llmflow_serve(port, *more_args, model=setup.model, **options)
 
 
 def llama_server_command(setup: Setup, port: int) -> list[str]:
@@ -117,7 +118,7 @@ def llama_cpp_server_command(setup: Setup, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-COMMANDS: dict[str, Callable[[Setup, int], list[str]]] = {
+COMMANDS: dict[str, Callable[..., list[str]]] = {
     "llmflow": llmflow_command,
     "llama-server": llama_server_command,
     "example-server": example_server_command,
@@ -125,23 +126,27 @@ COMMANDS: dict[str, Callable[[Setup, int], list[str]]] = {
 }
 
 
+def serve(setup: Setup, name: str, log: str | None = None, **more: str) -> AbstractContextManager[str]:
+    """One of `COMMANDS` on a free port until the block ends (`started`), its output in `logs/LOG.log`
+    (default: its name); `more`: llmflow's engine options."""
+    port = free_port()
+    return started(log or name, COMMANDS[name](setup, port, **more), port, setup.logs)
+
+
 def shared_prefix_dataset(path: Path, requests: int, system_words: int, seed: int, round_: int = 0) -> Path:
-    """A chat dataset whose every request starts with the same long system prompt (the same in
-    every round, as a deployed system prompt stays) and asks a question of its own (new in each
-    round, so that no server answers a repeated prompt from its cache)."""
+    """Chat requests that share a long system prompt (in every round, as a deployed one stays),
+    each with a question of its own (new in each round: no answer from a prompt cache)."""
     rng = random.Random(f"{seed}:system")
     words = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
              "from", "his", "her", "it", "an", "be", "this"]  # fmt: skip
     system = "You answer questions about this text.\n" + " ".join(rng.choices(words, k=system_words))
-    questions = [
-        f"Question {i}, round {round_ + 1}: write a long story about the number {1000 * round_ + i * 7 + 3}."
-        for i in range(requests)
-    ]
-    rows = [
-        {"messages": [{"role": "system", "content": system}, {"role": "user", "content": q}]}
-        for q in questions
-    ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    lines = []
+    for i in range(requests):
+        number = 1000 * round_ + i * 7 + 3
+        question = f"Question {i}, round {round_ + 1}: write a long story about the number {number}."
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+        lines.append(json.dumps({"messages": messages}) + "\n")
+    path.write_text("".join(lines), encoding="utf-8")
     return path
 
 
@@ -150,27 +155,15 @@ def workloads(args: argparse.Namespace, model: Path) -> list[Workload]:
     base = BenchOptions(url="", prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
                         requests=args.requests, seed=args.seed, tokenizer=str(model),
                         request_usage=False)  # fmt: skip
-    found = [
-        Workload(f"c={c}", replace(base, concurrency=(c,), requests=args.requests or max(4, args.waves * c)))
-        for c in args.concurrency
-    ]
+    closed = [(c, args.requests or max(4, args.waves * c)) for c in args.concurrency]
+    found = [Workload(f"c={c}", replace(base, concurrency=(c,), requests=n)) for c, n in closed]
     cap = max(args.concurrency, default=args.parallel)
-    found += [
-        Workload(
-            f"rate={r:g}/s",
-            replace(base, concurrency=(cap,), request_rates=(r,), requests=args.rate_requests),
-        )
-        for r in args.rates
-    ]
+    found += [Workload(f"rate={r:g}/s", replace(base, concurrency=(cap,), request_rates=(r,),
+                       requests=args.rate_requests)) for r in args.rates]  # fmt: skip
     if args.prefix_concurrency:
-        count = args.requests or max(8, args.waves * args.prefix_concurrency)
-        found.append(
-            Workload(
-                f"shared prefix, c={args.prefix_concurrency}",
-                replace(base, concurrency=(args.prefix_concurrency,), requests=count),
-                prefix=(count, args.prefix_words),
-            )
-        )
+        c, count = args.prefix_concurrency, args.requests or max(8, args.waves * args.prefix_concurrency)
+        found.append(Workload(f"shared prefix, c={c}", replace(base, concurrency=(c,), requests=count),
+                              prefix=(count, args.prefix_words)))  # fmt: skip
     return found
 
 
@@ -206,43 +199,22 @@ def summarize(samples: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=None, help="GGUF file; default: the embedded model")
-    parser.add_argument("--threads", type=int, default=usable_cores())
-    parser.add_argument("--parallel", type=int, default=16, help="sequences batched by each batching server")
-    parser.add_argument("--n-ctx", type=int, default=1024, help="context window per sequence")
-    parser.add_argument("--concurrency", default="1,2,4,8,16", help="closed-loop levels (empty: none)")
-    parser.add_argument("--rates", default="0.5,1,2", help="Poisson arrival rates, requests/s")
-    parser.add_argument("--rate-requests", type=int, default=32)
-    parser.add_argument("--prefix-concurrency", type=int, default=4, help="0: no shared-prefix workload")
-    parser.add_argument("--prefix-words", type=int, default=600, help="length of the shared system prompt")
-    parser.add_argument("--requests", type=int, default=None, help="per closed-loop level (default: --waves)")
-    parser.add_argument(
-        "--waves", type=int, default=4, help="closed loops: this many requests per stream (at least 4 in all)"
-    )
-    parser.add_argument("--prompt-tokens", type=int, default=128)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--example-server", type=Path, default=None, help="examples/server/server.py")
-    parser.add_argument("--llama-server", type=Path, default=None, help="a built llama-server binary")
-    parser.add_argument(
-        "--llama-server-args", default="", help="more llama-server options, e.g. '--kv-unified'"
-    )
-    parser.add_argument("--sdist", type=Path, default=None, help="llama-cpp-python sdist to build it from")
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
-    parser.add_argument("--quick", action="store_true", help="a smoke run (marked as such in the result)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/peers.json"))
-    args = parser.parse_args()
+    p = parser(__doc__, "benchmarks/results/peers.json", parallel=16, rate_requests=32, prefix_concurrency=4,
+               prefix_words=600, waves=4, prompt_tokens=128, max_tokens=64, rounds=5, seed=0)  # fmt: skip
+    add_peer_arguments(p)
+    p.add_argument("--n-ctx", type=int, default=1024, help="context window per sequence")
+    p.add_argument("--concurrency", default="1,2,4,8,16", help="closed-loop levels (empty: none)")
+    p.add_argument("--rates", default="0.5,1,2", help="Poisson arrival rates, requests/s")
+    p.add_argument("--requests", type=int, default=None, help="per closed-loop level (default: --waves)")
+    p.add_argument("--quick", action="store_true", help="a smoke run (marked as such in the result)")
+    args = p.parse_args()
     args.concurrency = parse_list(args.concurrency, int, "concurrency") if args.concurrency else ()
     args.rates = parse_list(args.rates, float, "rates") if args.rates else ()
     return args
 
 
-def build_of(binary: Path | None) -> dict[str, Any] | None:
+def build_of(binary: Path) -> dict[str, Any] | None:
     """How the llama-server binary was built (the stamp `build_llama_server` leaves beside it)."""
-    if binary is None:
-        return None
     stamp = binary.parent.parent / "llmflow-stamp.json"
     return json.loads(stamp.read_text()) if stamp.is_file() else None
 
@@ -254,31 +226,19 @@ def main() -> None:
     names = [n for n in COMMANDS if n != "example-server" or args.example_server]
     if args.example_server is None:
         recording.notes.append("example-server not run: no --example-server path given")
-    llama_server = args.llama_server or ensure_llama_server(args.sdist, args.cache_dir)
     with ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        setup = Setup(
-            model, args.threads, args.parallel, args.n_ctx, llama_server, args.example_server, logs,
-            tuple(shlex.split(args.llama_server_args)),
-        )  # fmt: skip
-        urls = {}
-        for name in names:
-            port = free_port()
-            urls[name] = stack.enter_context(started(name, COMMANDS[name](setup, port), port, logs))
+        setup = Setup.of(args, model, logs)
+        urls = {name: stack.enter_context(serve(setup, name)) for name in names}
         plan = workloads(args, model)
         samples: dict[str, dict[str, list[dict[str, Any]]]] = {w.key: {n: [] for n in names} for w in plan}
         for r in range(args.rounds):
             for i, workload in enumerate(plan):
-                shift = (r + i) % len(names)
-                for name in names[shift:] + names[:shift]:
+                for name in rotated(names, r + i):
                     print(f"round {r + 1}/{args.rounds} · {workload.key} · {name}", file=sys.stderr)
                     samples[workload.key][name].append(run_one(urls[name], workload.for_round(r, logs)))
-    config = {"model": model.name, "threads": args.threads, "parallel": args.parallel,
-              "n_ctx_per_sequence": args.n_ctx, "servers": names, "llama_server_args": args.llama_server_args,
-              "llama_server_build": build_of(llama_server), "workloads": [w.key for w in plan],
-              "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
-              "prefix_words": args.prefix_words, "rounds": args.rounds, "requests": args.requests,
-              "waves": args.waves, "rate_requests": args.rate_requests, "seed": args.seed,
+    config = {**config_of(args), "model": model.name, "servers": names, "workloads": [w.key for w in plan],
+              "llama_server_build": build_of(args.llama_server),
               "seeds": "the seed plus the round's index: new prompts in every round"}  # fmt: skip
     recording.write(args.out, config=config, samples=samples, summary=summarize(samples), hide=[model, logs])
 

@@ -33,9 +33,8 @@ def main() -> None:
         stand_in = _NoMultimodal("llama_cpp.mtmd_cpp")
         sys.modules["llama_cpp.mtmd_cpp"] = stand_in
         llama_cpp.mtmd_cpp = stand_in
-    script, *rest = sys.argv[1:]
-    sys.argv = [script, *rest]
-    runpy.run_path(script, run_name="__main__")
+    sys.argv = sys.argv[1:]  # the example sees its own command line
+    runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 if __name__ == "__main__":
