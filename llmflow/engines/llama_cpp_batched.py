@@ -45,7 +45,7 @@ from llmflow.engines.logprobs import scored
 from llmflow.engines.lora import AdapterKey, LlamaAdapters, with_adapters
 from llmflow.engines.memory import llama_cpp_bytes, llama_kv_bytes_per_token
 from llmflow.engines.openmp import release_thread_team
-from llmflow.engines.prompt_cache import CacheStats, PromptCache
+from llmflow.engines.prompt_cache import CacheStats, PromptCache, State
 from llmflow.engines.scheduler import BatchEntry, BatchScheduler, SchedulerStats
 from llmflow.engines.speculation import SpeculationCounts
 from llmflow.errors import EngineFailed, InvalidParams, ModelNotFound
@@ -545,10 +545,10 @@ class LlamaStepBackend:
         self._lib.llama_memory_seq_rm(self._memory, seq, -1, -1)  # whole sequences always go
         return 0
 
-    def save(self, seq: int) -> bytes | None:
+    def save(self, seq: int) -> State | None:
         return save_sequence(self._lib, self._ctx, seq)
 
-    def restore(self, seq: int, state: bytes) -> bool:
+    def restore(self, seq: int, state: State) -> bool:
         return restore_sequence(self._lib, self._ctx, seq, state)
 
     def encode_image(self, image: PromptImage) -> Future[Any]:

@@ -9,30 +9,36 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmflow.engines.prompt_cache import PromptCache
+from llmflow.engines.prompt_cache import PromptCache, State
 
 if TYPE_CHECKING:
     from llmflow.engines.llama_cpp import LlamaCppOptions
 
 
-def save_sequence(lib: Any, ctx: Any, seq: int) -> bytes | None:
+def save_sequence(lib: Any, ctx: Any, seq: int) -> bytearray | None:
     """Sequence `seq`'s state (its KV cells and their positions), or None when llama.cpp gives
-    nothing."""
+    nothing. llama.cpp writes straight into the returned buffer: a state is tens to hundreds of
+    megabytes, and each further copy, or a buffer zeroed before it is written, costs as much as
+    the write itself (on a virtual machine, page faults make that tens of milliseconds a copy)."""
     size = lib.llama_state_seq_get_size(ctx, seq)
     if size <= 0:
         return None
-    buffer = ctypes.create_string_buffer(size)
-    written = lib.llama_state_seq_get_data(
-        ctx, ctypes.cast(buffer, ctypes.POINTER(ctypes.c_uint8)), size, seq
-    )
-    return buffer.raw[:written] if written > 0 else None
+    state = bytearray(size)  # zero pages the kernel maps on first write: written once
+    written = lib.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(state), size, seq)
+    if written <= 0:
+        return None
+    del state[written:]
+    return state
 
 
-def restore_sequence(lib: Any, ctx: Any, seq: int, state: bytes) -> bool:
+def restore_sequence(lib: Any, ctx: Any, seq: int, state: State) -> bool:
     """Put `state` into sequence `seq`, whose cells are dropped first; False when llama.cpp
-    refuses it (then `seq` is empty)."""
+    refuses it (then `seq` is empty). Read in place, never copied."""
     lib.llama_memory_seq_rm(lib.llama_get_memory(ctx), seq, -1, -1)
-    source = ctypes.cast(ctypes.c_char_p(state), ctypes.POINTER(ctypes.c_uint8))
+    if isinstance(state, bytearray):
+        source: Any = (ctypes.c_uint8 * len(state)).from_buffer(state)
+    else:
+        source = ctypes.cast(ctypes.c_char_p(state), ctypes.POINTER(ctypes.c_uint8))
     if lib.llama_state_seq_set_data(ctx, source, len(state), seq) == 0:
         lib.llama_memory_seq_rm(lib.llama_get_memory(ctx), seq, -1, -1)
         return False

@@ -33,6 +33,8 @@ MAGIC = b"LLMFLOW-KV\x00\x01"
 SUFFIX = ".kv"
 #: a saved state shorter than this is not worth an entry (recomputing it is cheap)
 MIN_TOKENS = 64
+#: a sequence's state as the engine saved it (written in place into a bytearray) or read from disk
+State = bytes | bytearray
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,7 @@ class _Entry:
         self.tokens = tokens
         self.name = _name_of(tokens)
         #: the state in host memory, or None (on disk only)
-        self.state: bytes | None = None
+        self.state: State | None = None
         self.path: Path | None = None
         self.disk_bytes = 0
 
@@ -103,7 +105,7 @@ class PromptCache:
         self._dir = disk_dir
         #: disk writes for the writer thread: (entry, state), an Event to set when all before it
         #: are written, or None to stop
-        self._writes: queue.SimpleQueue[tuple[_Entry, bytes] | threading.Event | None] | None = None
+        self._writes: queue.SimpleQueue[tuple[_Entry, State] | threading.Event | None] | None = None
         if disk_dir is not None and disk_bytes > 0:
             disk_dir.mkdir(parents=True, exist_ok=True)
             self._index_disk(disk_dir)
@@ -146,7 +148,7 @@ class PromptCache:
                 best, key = n, entry.name
         return best, key
 
-    def load(self, key: str) -> tuple[tuple[int, ...], bytes] | None:
+    def load(self, key: str) -> tuple[tuple[int, ...], State] | None:
         """An entry's tokens and state (read from disk when it is not in memory), or None when it
         is gone or its file is refused."""
         with self._lock:
@@ -176,7 +178,7 @@ class PromptCache:
         n, _ = self.longest(tokens)
         return n >= len(tokens)
 
-    def put(self, tokens: Sequence[int], state: bytes) -> None:
+    def put(self, tokens: Sequence[int], state: State) -> None:
         """Keep `state` (the KV of `tokens`); entries whose tokens it extends are dropped."""
         if len(tokens) < self.min_tokens or not self.enabled:
             return
@@ -212,7 +214,7 @@ class PromptCache:
 
     # -- host tier --
 
-    def _hold_in_memory(self, entry: _Entry, state: bytes) -> None:
+    def _hold_in_memory(self, entry: _Entry, state: State) -> None:
         if len(state) > self.host_budget:
             return
         with self._lock:
@@ -267,7 +269,7 @@ class PromptCache:
             except OSError as exc:
                 log.warning("prompt cache: could not write %s: %s", entry.name, exc)
 
-    def _write(self, entry: _Entry, state: bytes) -> None:
+    def _write(self, entry: _Entry, state: State) -> None:
         assert self._dir is not None
         with self._lock:
             if self._entries.get(entry.name) is not entry:
@@ -354,7 +356,7 @@ class PromptCache:
             raise ValueError("no tokens in the header")
         return header
 
-    def _read_state(self, path: Path, tokens: tuple[int, ...]) -> bytes | None:
+    def _read_state(self, path: Path, tokens: tuple[int, ...]) -> State | None:
         try:
             with open(path, "rb") as f:
                 header = self._header_of(f, path)

@@ -24,7 +24,7 @@ from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import TokenRequest
 from llmflow.engines.handoff import Mailbox, wake
 from llmflow.engines.lora import AdapterKey, adapter_key
-from llmflow.engines.prompt_cache import PromptCache, common_prefix
+from llmflow.engines.prompt_cache import PromptCache, State, common_prefix
 from llmflow.engines.speculation import Drafts, SequenceDrafter, Speculation, SpeculationCounts, Want
 from llmflow.errors import EngineFailed
 from llmflow.media.prompt import PromptImage, media_images
@@ -92,11 +92,11 @@ class StepBackend(Protocol):
         """Nothing runs or waits any more: a chance to give back what only decoding needs."""
         ...
 
-    def save(self, seq: int) -> bytes | None:
-        """Sequence `seq`'s KV state as bytes (for the prompt cache), or None."""
+    def save(self, seq: int) -> State | None:
+        """Sequence `seq`'s KV state (for the prompt cache), or None."""
         ...
 
-    def restore(self, seq: int, state: bytes) -> bool:
+    def restore(self, seq: int, state: State) -> bool:
         """Replace what `seq` holds with a saved state; False (and `seq` empty) when refused."""
         ...
 
