@@ -263,15 +263,14 @@ class _Drafting:
         k = plan_lengths(1, [(rate, most)], self.cost.curve(), most, self.speculation.draft_min)[0]
         shadow = self.shadow
         if k == 0:
+            # not cut by the constraint: a refused token is never sampled, so it simply ends the
+            # comparison, and the grammar is not walked for a proposal no pass verifies
             if shadow is not None and not shadow.active:
-                shadow.hold(self._allowed(constraint, self.lookup.propose(most)))
+                shadow.hold(self.lookup.propose(most))
             return []
         if shadow is not None:
             shadow.drop()
-        return self._allowed(constraint, self.lookup.propose(k))
-
-    @staticmethod
-    def _allowed(constraint: TokenMatcher | None, draft: list[int]) -> list[int]:
+        draft = self.lookup.propose(k)
         if constraint is not None and draft:
-            return draft[: constraint.allowed_prefix(draft)]
+            draft = draft[: constraint.allowed_prefix(draft)]
         return draft
