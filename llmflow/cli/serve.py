@@ -247,8 +247,7 @@ def serve(
             min=0.01,
             help="milliseconds a Python thread may hold the GIL while another waits for it "
             "(sys.setswitchinterval); a batching engine's decode thread waits up to this long after "
-            "each step while request threads format tokens; default: 0.5 when a model loaded at "
-            "start batches on a GPU, else Python's own (5 ms)",
+            "each step while the event loop streams tokens; default: Python's own (5 ms)",
             show_default=False,
         ),
     ] = None,
@@ -299,7 +298,7 @@ def serve(
     """Serve MODEL (or several) over HTTP with token streaming: /v1/chat/completions,
     /v1/completions, /invocations (with "stream": true), /health, /metrics."""
     from llmflow.server import create_app
-    from llmflow.server.uvicorn_server import run, switch_interval_for
+    from llmflow.server.uvicorn_server import run
 
     with exit_on_llmflow_error():
         key = _read_api_key(api_key, api_key_file)
@@ -370,8 +369,6 @@ def serve(
     where = f"http://{host}:{port}"
     names = ", ".join(repr(name) for name in app.state.llmflow.models.names)
     typer.secho(f"serving {names} on {where} (OpenAI base URL {where}/v1)", err=True)
-    if switch_interval is None:
-        switch_interval = switch_interval_for(app)
     run(app, host, port, log_level=log_level, switch_interval_ms=switch_interval)
 
 

@@ -293,12 +293,6 @@ class Engine(ABC):
         process, and wait until it is written (a server's shutdown); nothing by default."""
         return None
 
-    @property
-    def steps_on_gpu(self) -> bool:
-        """True when a batching engine's decode thread waits on a GPU at every step: a server then
-        hands it the GIL back sooner (see `llmflow.server.uvicorn_server.switch_interval_for`)."""
-        return False
-
     def memory_bytes(self) -> int | None:
         """What the loaded model holds, estimated (weights as loaded, the KV cache as allocated;
         see `engines/memory.py`): what a server's `--max-memory` counts. None: cannot tell."""

@@ -271,10 +271,6 @@ class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
     def persist(self) -> None:
         self._scheduler.persist()
 
-    @property
-    def steps_on_gpu(self) -> bool:
-        return self._backend.shape.on_gpu
-
     def memory_bytes(self) -> int:
         """The weights and the KV cache of every sequence, the draft model's too (see
         `engines/memory.py`)."""

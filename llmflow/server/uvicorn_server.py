@@ -18,12 +18,6 @@ from llmflow.server.connections import ConnectionLimits, GuardedHttpProtocol
 
 #: after the grace period, how long ended streams get to write their last events
 FINAL_EVENTS_S = 5.0
-#: the GIL switch interval `llmflow serve` sets when a batching engine steps on a GPU. After each
-#: forward pass its decode thread needs the GIL back while the event loop streams the last step's
-#: tokens; a thread waiting for the GIL waits up to one interval (Python's default: 5 ms). On an
-#: H200 at 32 and 64 streams 0.5 ms gave 3-5% more tokens/s (BENCHMARKS.md); on a 2-core CPU,
-#: where the threads compete for cores rather than for the GIL, more switching only costs.
-GPU_SWITCH_INTERVAL_MS = 0.5
 
 
 class GracefulServer(uvicorn.Server):
@@ -62,16 +56,6 @@ def _server(app: Any, make: Callable[[uvicorn.Config], uvicorn.Server], **config
     server = make(uvicorn.Config(app, **config))
     state.metrics.watch_connections(lambda: len(server.server_state.connections))
     return server
-
-
-def switch_interval_for(app: Any) -> float | None:
-    """`GPU_SWITCH_INTERVAL_MS` when a loaded model's engine batches its steps on a GPU, else None
-    (Python's own). Models loaded later (`--lazy`) do not count."""
-    for model in app.state.llmflow.models.loaded():
-        engine = model.served.llm.engine if model.served.llm is not None else None
-        if engine is not None and engine.concurrent and engine.steps_on_gpu:
-            return GPU_SWITCH_INTERVAL_MS
-    return None
 
 
 def run(

@@ -132,31 +132,6 @@ def test_a_foreground_server_sets_the_switch_interval_of_its_process(monkeypatch
     assert served == [before, pytest.approx(0.0005)]
 
 
-def test_serve_sets_a_short_switch_interval_only_for_an_engine_that_steps_on_a_gpu():
-    """A batching engine on a GPU waits for the GIL after every forward pass while the event loop
-    streams: `llmflow serve`'s default shortens the interval then, and leaves Python's own on the
-    CPU (where the threads compete for cores, not for the GIL)."""
-    from llmflow import LLM
-    from llmflow.server import ServerSettings, create_app
-    from llmflow.server.uvicorn_server import GPU_SWITCH_INTERVAL_MS, switch_interval_for
-    from tests.fakes.scripted_engine import ScriptedEngine
-    from tests.fakes.stepped_engine import SteppedEngine
-
-    class GpuSteppedEngine(SteppedEngine):
-        model_name = "stepped-on-gpu"
-        steps_on_gpu = True  # type: ignore[assignment]
-
-    cpu, gpu = SteppedEngine(parallel=2), GpuSteppedEngine(parallel=2)
-    try:
-        assert switch_interval_for(create_app(LLM(cpu), ServerSettings())) is None
-        assert switch_interval_for(create_app(LLM(ScriptedEngine()), ServerSettings())) is None
-        app = create_app([LLM(cpu), LLM(gpu)], ServerSettings())
-        assert switch_interval_for(app) == GPU_SWITCH_INTERVAL_MS
-    finally:
-        cpu.close()
-        gpu.close()
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
