@@ -20,11 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from benchmarks.peers.compare_servers import Setup, add_peer_arguments, serve
 from benchmarks.record import REPO, Recording, config_of, paired_ratios, spread
-from benchmarks.serve_process import metric, model_id, stream_chat
+from benchmarks.serve_process import CLIENT, metric, model_id, stream_chat
 from benchmarks.suite import parser
 
 KINDS = ("text", "cold", "same")
@@ -73,7 +71,7 @@ def timed_chat(url: str, model: str, conversation: list[dict], max_tokens: int) 
 
 def image_chunks(url: str) -> dict[str, float]:
     """llmflow's encoded and reused image chunks so far (its `/metrics`)."""
-    text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=30, trust_env=False).text
+    text = CLIENT.get(url.removesuffix("/v1") + "/metrics", timeout=30).text
     return {kind: metric(text, "llmflow_image_chunks_total", outcome=kind) for kind in ("encoded", "reused")}
 
 

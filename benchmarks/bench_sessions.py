@@ -16,12 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 
 from benchmarks.peers.compare_servers import Setup, add_peer_arguments, serve
 from benchmarks.record import Recording, config_of, paired_ratios, spread
-from benchmarks.serve_process import metric, model_id, stream_chat
+from benchmarks.serve_process import CLIENT, metric, model_id, stream_chat
 from benchmarks.stream_timing import at_once
 from benchmarks.suite import parser
 from llmflow.model_files import default_model_path
@@ -97,7 +96,7 @@ def revisits(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any
             warm.append(answer["ttft_s"])
             reused.append(reused_share(answer["usage"]))
         rss_end = rss_bytes(url)
-        metrics = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=30, trust_env=False).text
+        metrics = CLIENT.get(url.removesuffix("/v1") + "/metrics", timeout=30).text
     host_bytes = metric(metrics, "llmflow_prompt_cache_bytes", tier="host")
     return {"cold_ttft_s": cold, "revisit_ttft_s": warm, "reused_share": reused,
             "cold_over_revisit": statistics.median(cold) / statistics.median(warm),

@@ -24,6 +24,8 @@ import httpx
 
 from benchmarks.record import Recording, config_of
 
+CLIENT = httpx.Client(timeout=600, trust_env=False)  # shared: a new one per request times its TLS setup
+
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     """What the reliability scripts serve."""
@@ -69,7 +71,7 @@ def llmflow_serve(port: int, *more: str, model: Path | None = None, **options: A
 
 def model_id(url: str) -> str:
     """The first model a server lists (`url`: its `/v1` base)."""
-    return httpx.get(f"{url}/models", timeout=30, trust_env=False).json()["data"][0]["id"]
+    return CLIENT.get(f"{url}/models", timeout=30).json()["data"][0]["id"]
 
 
 def free_port() -> int:
@@ -100,7 +102,7 @@ def stream_chat(url: str, model: str, chat: list[dict] | str, max_tokens: int, *
             "stream": True, "stream_options": {"include_usage": True}, **more}  # fmt: skip
     start = time.perf_counter()
     ttft, last, parts, usage, timings = None, None, [], None, None
-    with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=600, trust_env=False) as r:
+    with CLIENT.stream("POST", f"{url}/chat/completions", json=body) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
