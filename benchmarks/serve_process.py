@@ -24,7 +24,8 @@ import httpx
 
 from benchmarks.record import Recording, config_of
 
-CLIENT = httpx.Client(timeout=600, trust_env=False)  # shared: a new one per request times its TLS setup
+#: shared: a client per request times its TLS setup; no keep-alive: servers come and go on reused ports
+CLIENT = httpx.Client(timeout=600, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:

@@ -826,10 +826,27 @@ class BatchScheduler:
             if _waits_for_leader(request):
                 deferred.append(request)
                 continue
-            self._place(request, self._holder.index(None))
+            self._place(request, self._seat_for(request))
         if deferred:
             with self._cond:
                 self._waiting.extendleft(reversed(deferred))
+
+    def _seat_for(self, request: Request) -> int:
+        """The free sequence `request` starts in: a gap between the running ones or one next to
+        them (they must stay contiguous: llama.cpp computes a step over the KV streams from the
+        lowest sequence to the highest), or any while none runs; of those, the one keeping the
+        longest prefix of its prompt, else the one keeping the least. Kept conversations so stay
+        where they are instead of being copied aside for a newcomer (a KV copy between streams
+        is a state save and restore: tens of milliseconds for a long chat)."""
+        free = [s for s, holder in enumerate(self._holder) if holder is None]
+        if self._running:
+            low = min(r.seq for r in self._running)
+            high = max(r.seq for r in self._running)
+            inside = [s for s in free if low < s < high]  # left by a request that ended
+            free = inside or [s for s in free if s in (low - 1, high + 1)]
+        if request.adapter is not None:
+            return min(free, key=lambda s: len(self._cached[s]))
+        return max(free, key=lambda s: (self._reusable(self._cached[s], request), -len(self._cached[s])))
 
     def _place(self, request: Request, seq: int) -> None:
         """Start `request` in sequence `seq`, reusing the longest kept prefix of its prompt:
@@ -940,11 +957,13 @@ class BatchScheduler:
         return request.whole(n if self.reuse_tokens else n // self.prefill_chunk * self.prefill_chunk)
 
     def _compact(self) -> None:
-        """Move the highest running sequences down into gaps, so running ones are 0..n-1; a
-        gap's cached prompt chunks move up to a free sequence first, where the next request
-        with that prefix (a shared system prompt) finds them."""
-        n = len(self._running)
-        for gap in range(n):
+        """Move the highest running sequences down into gaps, so that running ones are
+        contiguous from the lowest (`_seat_for`); a gap's cached tokens move to a free sequence
+        first, where the next request with that prefix (a shared system prompt) finds them."""
+        if not self._running:
+            return
+        low, n = min(r.seq for r in self._running), len(self._running)
+        for gap in range(low, low + n):
             if self._holder[gap] is not None:
                 continue
             top = max(r.seq for r in self._running)

@@ -66,6 +66,27 @@ def test_two_sessions_that_share_a_prefix_then_differ_each_get_their_own_answer(
     assert cached_a >= len(a)
 
 
+def test_chats_that_take_turns_each_stay_in_their_own_sequence():
+    """A new chat starts in a sequence that keeps nothing, and each chat's next turn where its
+    conversation is kept: no KV copy at all (between KV streams a copy is a state save and
+    restore), and every answer as when run alone."""
+    backend, scheduler = make(parallel=4)
+    copies = []
+    copy = backend.copy
+    backend.copy = lambda src, dst: copies.append((src, dst)) or copy(src, dst)
+    try:
+        chats = [prompt(5, 27), prompt(6, 29)]
+        for turn in range(3):
+            for i, chat in enumerate(chats):
+                answer, cached = ask(scheduler, chat)
+                assert answer == alone(chat, 4)
+                assert cached == (0 if turn == 0 else len(chat) - 4)  # all but the new tokens
+                chats[i] = [*chat, *answer, 40 + turn, 50 + turn, 60 + turn]
+        assert copies == []
+    finally:
+        scheduler.close()
+
+
 def test_a_cancelled_generation_keeps_what_it_computed(scheduler):
     p = prompt(4, 17)
     cancel = CancelToken()
