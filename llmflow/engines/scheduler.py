@@ -844,8 +844,6 @@ class BatchScheduler:
             high = max(r.seq for r in self._running)
             inside = [s for s in free if low < s < high]  # left by a request that ended
             free = inside or [s for s in free if s in (low - 1, high + 1)]
-        if request.adapter is not None:
-            return min(free, key=lambda s: len(self._cached[s]))
         return max(free, key=lambda s: (self._reusable(self._cached[s], request), -len(self._cached[s])))
 
     def _place(self, request: Request, seq: int) -> None:
@@ -947,6 +945,10 @@ class BatchScheduler:
         self._save_s_max = max(self._save_s_max, took)
 
     def _reusable(self, cached: Sequence[int], request: Request) -> int:
+        """Of `cached`, the tokens `request` reuses: none with an adapter (what is kept is the
+        base model's)."""
+        if request.adapter is not None:
+            return 0
         return self._usable(common_prefix(cached, request.tokens), request)
 
     def _usable(self, shared: int, request: Request) -> int:

@@ -71,9 +71,6 @@ def test_chats_that_take_turns_each_stay_in_their_own_sequence():
     conversation is kept: no KV copy at all (between KV streams a copy is a state save and
     restore), and every answer as when run alone."""
     backend, scheduler = make(parallel=4)
-    copies = []
-    copy = backend.copy
-    backend.copy = lambda src, dst: copies.append((src, dst)) or copy(src, dst)
     try:
         chats = [prompt(5, 27), prompt(6, 29)]
         for turn in range(3):
@@ -82,7 +79,7 @@ def test_chats_that_take_turns_each_stay_in_their_own_sequence():
                 assert answer == alone(chat, 4)
                 assert cached == (0 if turn == 0 else len(chat) - 4)  # all but the new tokens
                 chats[i] = [*chat, *answer, 40 + turn, 50 + turn, 60 + turn]
-        assert copies == []
+        assert backend.copies == []
     finally:
         scheduler.close()
 

@@ -36,6 +36,7 @@ class SimBackend:
         self.kv: list[list[int]] = [[] for _ in range(parallel)]
         self.samplers: set[int] = set()
         self.decode_calls: list[list[int]] = []
+        self.copies: list[tuple[int, int]] = []
         self.delay_s = delay_s
         self.fail_seq: int | None = None
         self.crash = False
@@ -69,6 +70,7 @@ class SimBackend:
         self.samplers.remove(sampler[0])
 
     def copy(self, src, dst):
+        self.copies.append((src, dst))
         self.kv[dst] = list(self.kv[src])
 
     def idle(self):
@@ -306,9 +308,6 @@ def assert_prefix_reused(scheduler: BatchScheduler, shared: list[int]) -> None:
 
 def test_a_cached_prefix_in_another_free_sequence_is_reused_where_it_is():
     backend, scheduler = make(parallel=4, delay_s=0.002)
-    copies = []
-    copy = backend.copy
-    backend.copy = lambda src, dst: copies.append((src, dst)) or copy(src, dst)
     try:
         shared = prompt(1, 24)
         # sequence 0 is busy, so the shared prompt is computed in sequence 1
@@ -319,7 +318,7 @@ def test_a_cached_prefix_in_another_free_sequence_is_reused_where_it_is():
         # once nothing runs, it starts in sequence 1, where the 24 shared tokens are: no copy
         assert_prefix_reused(scheduler, shared)
         assert backend.kv[1][:24] == shared and backend.kv[1][24:26] == [8, 9]
-        assert copies == []
+        assert backend.copies == []
     finally:
         scheduler.close()
 
