@@ -1,9 +1,10 @@
 """Multi-turn sessions against the peers, and the conversation cache's tiers.
 
-On the same GGUF, threads and sequences, servers alternated within each round: `sessions` (a long
-system prompt, several turns, each answer appended), `short` (a short request alone), `streams`
-(concurrent streams); llmflow alone: `revisits` (more sessions than sequences, round robin, on the
-host tier) and `restart` (the next turn after a restart on the same `--prompt-cache-dir`).
+On the same GGUF, threads and sequences: `sessions` (a long system prompt, several turns, each
+answer appended; every server up at once, turns alternated between them), then, servers alternated
+within each round, `short` (a short request alone) and `streams` (concurrent streams); llmflow
+alone: `revisits` (more sessions than sequences, round robin, on the host tier) and `restart` (the
+next turn after a restart on the same `--prompt-cache-dir`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from benchmarks.peers.compare_servers import Setup, add_peer_arguments, serve
-from benchmarks.record import Recording, config_of, paired_ratios, spread
+from benchmarks.record import Recording, config_of, paired_ratios, rotated, spread
 from benchmarks.serve_process import CLIENT, metric, model_id, stream_chat
 from benchmarks.stream_timing import at_once
 from benchmarks.suite import parser
@@ -38,18 +40,23 @@ def system_prompt(seed: int, words: int) -> str:
     return f"You are support assistant #{seed}. Follow these rules:\n" + "\n".join(lines)
 
 
-def session(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    model = model_id(url)
-    messages = [{"role": "system", "content": system_prompt(seed, args.system_words)}]
-    turns = []
+def sessions(urls: dict[str, str], seed: int, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The same session on every server at once, turn by turn (the first server rotating): a turn
+    is timed on each server before the next turn starts on any, so that each ratio compares the
+    machine at one moment (one session per server and round moved a ratio 10-20%)."""
+    models = {name: model_id(url) for name, url in urls.items()}
+    chats = {name: [{"role": "system", "content": system_prompt(seed, args.system_words)}] for name in urls}
+    turns: dict[str, list[dict[str, Any]]] = {name: [] for name in urls}
     for turn in range(args.turns):
         question = f"Customer question {turn + 1}: what does rule {turn} mean?"
-        messages.append({"role": "user", "content": question})
-        answer = stream_chat(url, model, messages, args.answer_tokens)
-        turns.append({k: answer[k] for k in ("ttft_s", "e2e_s", "chunks", "usage")})
-        messages.append({"role": "assistant", "content": answer["text"]})
-    later = [t["ttft_s"] for t in turns[1:] if t["ttft_s"] is not None]
-    return {"turns": turns, "ttft_turn1_s": turns[0]["ttft_s"], "ttft_later_s": statistics.median(later)}
+        for name in rotated(list(urls), turn):
+            chats[name].append({"role": "user", "content": question})
+            answer = stream_chat(urls[name], models[name], chats[name], args.answer_tokens)
+            turns[name].append({k: answer[k] for k in ("ttft_s", "e2e_s", "chunks", "usage", "timings")})
+            chats[name].append({"role": "assistant", "content": answer["text"]})
+    return {name: {"turns": t, "ttft_turn1_s": t[0]["ttft_s"],
+                   "ttft_later_s": statistics.median(x["ttft_s"] for x in t[1:] if x["ttft_s"] is not None)}
+            for name, t in turns.items()}  # fmt: skip
 
 
 def short_requests(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -164,7 +171,7 @@ def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
 
 
 PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict]] = {
-    "sessions": session, "short": short_requests, "streams": concurrent_streams}  # fmt: skip
+    "short": short_requests, "streams": concurrent_streams}  # fmt: skip
 
 
 def parse_args() -> argparse.Namespace:
@@ -183,10 +190,16 @@ def main() -> None:
     model = args.model or default_model_path()
     setup = Setup.of(args, model, Path(tempfile.mkdtemp(prefix="llmflow-sessions-")))
     servers = ["llmflow", "llama-server"] + (["example-server"] if args.example_server else [])
-    samples: dict[str, Any] = {kind: {name: [] for name in servers} for kind in PER_SERVER}
+    samples: dict[str, Any] = {kind: {name: [] for name in servers} for kind in ("sessions", *PER_SERVER)}
     samples["revisits"], samples["restart"] = [], []
     for round_ in range(args.rounds):
-        for name in servers if round_ % 2 == 0 else servers[::-1]:
+        order = rotated(servers, round_)
+        with ExitStack() as up:
+            urls = {name: up.enter_context(serve(setup, name)) for name in order}
+            for name, result in sessions(urls, 100 * round_, args).items():
+                samples["sessions"][name].append(result)
+        print(f"round {round_ + 1} sessions done", flush=True)
+        for name in order:
             with serve(setup, name) as url:
                 for kind, measure in PER_SERVER.items():
                     samples[kind][name].append(measure(url, 100 * round_ + len(name), args))
@@ -214,12 +227,20 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
     def per_round(kind: str, name: str, key: str) -> list[float]:
         return [r[key] for r in samples[kind][name]]
 
+    def later_turns(peer: str) -> dict | None:
+        """llmflow's TTFT over the peer's, turn by turn: the turns 2.. of every round were timed
+        on both at the same moment."""
+        pairs = zip(samples["sessions"]["llmflow"], samples["sessions"][peer], strict=True)
+        turns = [(a, b) for x, y in pairs for a, b in zip(x["turns"][1:], y["turns"][1:], strict=True)]
+        return spread(a["ttft_s"] / b["ttft_s"] for a, b in turns if a["ttft_s"] and b["ttft_s"])
+
     summary: dict[str, Any] = {
         "servers": {name: {figure: spread(per_round(kind, name, key)) for figure, _, kind, key in FIGURES}
                     for name in servers},
-        "llmflow_over": {peer: {ratio: paired_ratios(per_round(kind, "llmflow", key),
-                                                     per_round(kind, peer, key))
-                                for _, ratio, kind, key in FIGURES} for peer in servers[1:]},
+        "llmflow_over": {peer: {**{ratio: paired_ratios(per_round(kind, "llmflow", key),
+                                                        per_round(kind, peer, key))
+                                   for _, ratio, kind, key in FIGURES},
+                                "ttft_later_turns": later_turns(peer)} for peer in servers[1:]},
     }  # fmt: skip
     revisit = samples["revisits"]
     if not revisit:

@@ -234,15 +234,24 @@ def sessions(d: Result) -> str:
              med(r["streams_chunks_per_s"], 1)] for name, r in s["servers"].items()]  # fmt: skip
     rows += [[f"llmflow / {peer}", med(r["ttft_turn1"], 2), med(r["ttft_later"], 2), med(r["short_ttft"], 2),
               med(r["streams"], 2)] for peer, r in s["llmflow_over"].items()]  # fmt: skip
+    turns = {
+        peer: r["ttft_later_turns"] for peer, r in s["llmflow_over"].items() if r.get("ttft_later_turns")
+    }
+    together = (
+        " (the sessions: every server up at once, each turn sent to one after another)" if turns else ""
+    )
     text = (
         f"{c['model']}, {plural(c['threads'], 'thread')} and {c['parallel']} sequences for every server, "
         f"greedy. A session: a system prompt of {c['system_words']} words, {c['turns']} turns of "
         f"{c['answer_tokens']}-token answers, each appended to the next request; a short request: a question "
         f"of its own, alone; {c['streams']} concurrent streams of {c['stream_tokens']} tokens. "
-        f"{plural(c['rounds'], 'round')}, servers alternated, a new system prompt each round; median "
-        "(min-max); llmflow's ratios round by round: below 1 it is faster for a TTFT, above 1 for chunks/s "
-        "(a chunk is about a token).\n\n" + table(header, rows)
+        f"{plural(c['rounds'], 'round')}, servers alternated{together}, a new system prompt each round; "
+        "median (min-max); llmflow's ratios round by round: below 1 it is faster for a TTFT, above 1 for "
+        "chunks/s (a chunk is about a token).\n\n" + table(header, rows)
     )
+    if turns:
+        ratios = "; ".join(f"llmflow / {peer} {med(r, 2)} over {r['n']} turns" for peer, r in turns.items())
+        text += f"\nThe later turns' TTFT, turn by turn: {ratios}.\n"
     if "revisits" not in s:  # a run of the servers only (`--peers-only`)
         return text
     rv, rs, gi = s["revisits"], s["restart"], s["greedy_identity"]
