@@ -228,10 +228,9 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
         return [r[key] for r in samples[kind][name]]
 
     def later_turns(peer: str) -> dict | None:
-        """llmflow's TTFT over the peer's, turn by turn: the turns 2.. of every round were timed
-        on both at the same moment."""
-        pairs = zip(samples["sessions"]["llmflow"], samples["sessions"][peer], strict=True)
-        turns = [(a, b) for x, y in pairs for a, b in zip(x["turns"][1:], y["turns"][1:], strict=True)]
+        """llmflow's TTFT over the peer's, each later turn of a round timed on both at one moment."""
+        rounds = zip(samples["sessions"]["llmflow"], samples["sessions"][peer], strict=True)
+        turns = [(a, b) for x, y in rounds for a, b in zip(x["turns"][1:], y["turns"][1:], strict=True)]
         return spread(a["ttft_s"] / b["ttft_s"] for a, b in turns if a["ttft_s"] and b["ttft_s"])
 
     summary: dict[str, Any] = {

@@ -234,12 +234,9 @@ def sessions(d: Result) -> str:
              med(r["streams_chunks_per_s"], 1)] for name, r in s["servers"].items()]  # fmt: skip
     rows += [[f"llmflow / {peer}", med(r["ttft_turn1"], 2), med(r["ttft_later"], 2), med(r["short_ttft"], 2),
               med(r["streams"], 2)] for peer, r in s["llmflow_over"].items()]  # fmt: skip
-    turns = {
-        peer: r["ttft_later_turns"] for peer, r in s["llmflow_over"].items() if r.get("ttft_later_turns")
-    }
-    together = (
-        " (the sessions: every server up at once, each turn sent to one after another)" if turns else ""
-    )
+    turns = {peer: r["ttft_later_turns"] for peer, r in s["llmflow_over"].items()
+             if r.get("ttft_later_turns")}  # fmt: skip
+    together = " (the sessions: every server up at once, each turn sent to one after another)" * bool(turns)
     text = (
         f"{c['model']}, {plural(c['threads'], 'thread')} and {c['parallel']} sequences for every server, "
         f"greedy. A session: a system prompt of {c['system_words']} words, {c['turns']} turns of "

@@ -32,13 +32,7 @@
 #   run_h200.sh engines WHEELS WORK LOGDIR  # the transformers and ExLlamaV2 engines' GPU tests (their
 #                                        # conformance, structured output, logprobs); needs no build
 #
-# Images on CUDA are checked by the tests themselves: tests/engines/test_llama_cpp_images.py run
-# with the CUDA build on the path (with_build) reads them on whatever device the build offers.
-#
-# Two commands on one machine (each well under 10 minutes; WORK kept between them), with
-# build/gpu holding src/, tokenizer.json and wheels/:
-#   bash benchmarks/gpu/run_h200.sh prepare build/gpu/src build/gpu/tokenizer.json build/gpu/wheels /tmp/w
-#   bash benchmarks/gpu/run_h200.sh measure build/gpu/src build/gpu/tokenizer.json /tmp/w "$OUT"
+# Which stages make which result, and two commands that do the serving run: docs/benchmarks.md.
 #
 # SRC: the stripped llama-cpp-python sdist (build_llama_cpp.sh strip); TOKENIZER: the JSON of
 # make_gguf.py tokenizer. Expects PYTHONPATH to hold this checkout and any carried wheels.
