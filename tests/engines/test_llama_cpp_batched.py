@@ -39,6 +39,18 @@ def llm():
     loaded.close()
 
 
+@pytest.fixture(scope="module")
+def one_at_a_time():
+    """The one-at-a-time engine as it starts, whatever ran before in this process: reusing a
+    prefix after a conversation of 64 tokens or more takes another path through llama.cpp's CPU
+    attention than the same prefix computed anew (the kept tokens' content does not matter, the
+    cache's history does), which can flip a near-tie; the shared `embedded_llm` has served every
+    test before this module."""
+    loaded = LLM.load(engine="llama_cpp", engine_options={"prompt_cache": False})
+    yield loaded
+    loaded.close()
+
+
 def concurrently(fn, n, stagger_s=0.0):
     """fn(i) for i in range(n), each in its own thread, started `stagger_s` apart."""
 
@@ -94,10 +106,10 @@ def test_greedy_text_is_the_same_alone_and_in_a_batch_of_8(llm):
         {"temperature": 1.2, "top_k": 5, "top_p": 0.8, "min_p": 0.1, "seed": 3, "repetition_penalty": 1.1},
     ],
 )
-def test_same_text_as_the_one_at_a_time_engine(llm, embedded_llm, params):
+def test_same_text_as_the_one_at_a_time_engine(llm, one_at_a_time, params):
     params = {"max_tokens": 24, **params}
     for prompt in PROMPTS[:2]:
-        assert llm.generate(prompt, params) == embedded_llm.generate(prompt, params)
+        assert llm.generate(prompt, params) == one_at_a_time.generate(prompt, params)
 
 
 def test_eight_streams_with_their_own_params_and_stops_each_end_as_alone(llm):
