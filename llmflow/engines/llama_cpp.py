@@ -615,10 +615,22 @@ class LlamaVocab:
         self.eos_text = _special_text(llama_cpp, vocab, llama_cpp.llama_vocab_eos(vocab))
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """One call into llama.cpp with room for a token per byte (and BOS/EOS): llama-cpp-python's
+        own sizes its buffer by the model's training context and tokenizes a longer text twice, on
+        every turn of a long conversation."""
+        import llama_cpp
+
         add_bos = add_special and self.add_bos
         if add_bos and self.bos_text and text.startswith(self.bos_text):
             add_bos = False  # the template wrote BOS already
-        return self._model.tokenize(text.encode("utf-8"), add_bos, parse_special)
+        data, vocab = text.encode("utf-8"), self._model.vocab
+        room = len(data) + 2
+        while True:  # a second round only where a vocabulary adds more than it reads (-n: room needed)
+            tokens = (llama_cpp.llama_token * room)()
+            n = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, room, add_bos, parse_special)
+            if n >= 0:
+                return tokens[:n]
+            room = -n
 
     def special_piece(self, token_id: int) -> bytes:
         """A token's bytes with a special token as its text (not a per-token path)."""
