@@ -18,6 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine, EngineOptions, TokenRequest
 from llmflow.engines.buffer_types import decide_extra_buffers
+from llmflow.engines.fragments import FragmentTokenizer
 from llmflow.engines.llama_cpp_draft import DraftModel
 from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
 from llmflow.engines.llama_cpp_loop import RANDOM_SEED, ContextSteps, free_sampler, generate, sampler_chain
@@ -611,26 +612,64 @@ class LlamaVocab:
             t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)
         )
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+        self._add_eos = bool(llama_cpp.llama_vocab_get_add_eos(vocab))
+        self._bos, self._eos = llama_cpp.llama_vocab_bos(vocab), llama_cpp.llama_vocab_eos(vocab)
         self.bos_text = _special_text(llama_cpp, vocab, llama_cpp.llama_vocab_bos(vocab))
         self.eos_text = _special_text(llama_cpp, vocab, llama_cpp.llama_vocab_eos(vocab))
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        """One call into llama.cpp with room for a token per byte (and BOS/EOS): llama-cpp-python's
-        own sizes its buffer by the model's training context and tokenizes a longer text twice, on
-        every turn of a long conversation."""
-        import llama_cpp
-
+        """With special tokens parsed, fragment by fragment where that is llama.cpp's own result
+        (`fragments`): a conversation's earlier messages are not tokenized again each turn."""
         add_bos = add_special and self.add_bos
         if add_bos and self.bos_text and text.startswith(self.bos_text):
             add_bos = False  # the template wrote BOS already
-        data, vocab = text.encode("utf-8"), self._model.vocab
-        room = len(data) + 2
+        data = text.encode("utf-8")
+        fragments = self.fragments if parse_special else None
+        if fragments is None:
+            return self._tokenize(data, add_bos, parse_special)
+        tokens = fragments.tokenize(data)
+        if add_bos:  # as llama.cpp adds them: BOS, and EOS where the vocabulary asks for it
+            tokens = [self._bos, *tokens, *([self._eos] if self._add_eos else [])]
+        return tokens
+
+    def _tokenize(self, data: bytes, add_special: bool, parse_special: bool) -> list[int]:
+        """One call into llama.cpp with room for a token per byte (and BOS/EOS): llama-cpp-python's
+        own sizes its buffer by the model's training context and tokenizes a longer text twice."""
+        import llama_cpp
+
+        vocab, room = self._model.vocab, len(data) + 2
         while True:  # a second round only where a vocabulary adds more than it reads (-n: room needed)
             tokens = (llama_cpp.llama_token * room)()
-            n = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, room, add_bos, parse_special)
+            n = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, room, add_special, parse_special)
             if n >= 0:
                 return tokens[:n]
             room = -n
+
+    @cached_property
+    def fragments(self) -> FragmentTokenizer | None:
+        """Fragment-by-fragment tokenization, for a byte-level BPE vocabulary (GPT-2's kind: the
+        text between two special tokens is tokenized on its own) whose special tokens split a
+        text unambiguously (`FragmentTokenizer.of`); else None. Built at the first request."""
+        import llama_cpp
+
+        vocab = self._model.vocab
+        if llama_cpp.llama_vocab_type(vocab) != llama_cpp.LLAMA_VOCAB_TYPE_BPE:
+            return None
+        if self.metadata.get("tokenizer.ggml.model") != "gpt2":
+            return None
+        split_at = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+        split_at |= llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+        strips = llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP | llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP
+        specials: dict[bytes, int] = {}
+        for token in range(self.n_vocab):
+            attr = llama_cpp.llama_token_get_attr(vocab, token)
+            if not attr & split_at:
+                continue
+            text = llama_cpp.llama_vocab_get_text(vocab, token)
+            if attr & strips or text in specials:  # whitespace taken, or one text for two tokens
+                return None
+            specials[text] = token
+        return FragmentTokenizer.of(specials, lambda fragment: self._tokenize(fragment, False, False))
 
     def special_piece(self, token_id: int) -> bytes:
         """A token's bytes with a special token as its text (not a per-token path)."""
