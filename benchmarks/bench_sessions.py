@@ -176,7 +176,7 @@ PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict]] = {
 
 def parse_args() -> argparse.Namespace:
     # --n-ctx: per sequence; --system-words: about 1.1k tokens
-    p = parser(__doc__, rounds=3, parallel=8, n_ctx=4096, system_words=900, turns=6, answer_tokens=48,
+    p = parser(__doc__, rounds=5, parallel=8, n_ctx=4096, system_words=900, turns=8, answer_tokens=48,
                short_requests=8, streams=8, stream_tokens=96, sessions=32, revisit_system_words=300,
                cache_ram_mib=512, identity_sessions=12)  # fmt: skip
     add_peer_arguments(p)

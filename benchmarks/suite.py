@@ -57,7 +57,7 @@ SUITE: tuple[Benchmark, ...] = (
          "--max-tokens", "16", "--requests", "8", "--prefix-concurrency", "2", "--quick"),
         "llmflow serve, llama-server, the example server and llama_cpp.server side by side"),
     Benchmark("sessions", "benchmarks.bench_sessions",
-        ("--rounds", "3"),
+        ("--rounds", "5", "--turns", "8"),
         ("--rounds", "1", "--turns", "3", "--answer-tokens", "16", "--sessions", "10",
          "--short-requests", "3", "--stream-tokens", "32", "--identity-sessions", "2"),
         "multi-turn sessions, a short request alone and 8 streams against llama-server and the example "
