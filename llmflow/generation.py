@@ -219,7 +219,12 @@ class Generation(Iterator[Event]):
         with llm.exclusive():
             # each choice its own constraint state: a sampled token advances only its choice's matcher
             tokens = llm.engine.generate_group(
-                prepared.prompt_ids, params, self.cancel, llm.matchers(prepared, n), reuse
+                prepared.prompt_ids,
+                params,
+                self.cancel,
+                llm.matchers(prepared, n),
+                reuse,
+                prepared.next_turn_opening,
             )
             chunks = [
                 llm.chunks_of(t, prepared, self.cancel, p, reuse) for t, p in zip(tokens, params, strict=True)

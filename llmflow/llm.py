@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from llmflow.constraints.compiler import CompiledConstraint, ConstraintCompiler
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines import engine_class, guess_engine, load_engine
 from llmflow.engines.base import Engine
+from llmflow.engines.prompt_cache import common_prefix
 from llmflow.errors import ContextLengthExceeded, InvalidParams, InvalidRequest, UnsupportedInput
 from llmflow.generation import Generation, GenerationRequest
 from llmflow.load_spec import LoadSpec
@@ -73,6 +74,9 @@ class PreparedRequest:
     prompt: RegistryPrompt | None = None
     #: the registry prompt version the chat template was read from, or None
     template: RegistryPrompt | None = None
+    #: what the chat template puts after the answer whatever the user says next (its tokens):
+    #: an engine that keeps the conversation may compute them while it is idle
+    next_turn_opening: tuple[int, ...] = ()
 
 
 class LLM:
@@ -99,6 +103,8 @@ class LLM:
         self._lock = nullcontext() if engine.concurrent else threading.Lock()
         self._compiler: ConstraintCompiler | None = None
         self._compiler_lock = threading.Lock()
+        #: each chat template's next-turn opening, tokenized once
+        self._openings: dict[ChatTemplate, tuple[int, ...]] = {}
 
     @classmethod
     def load(cls, model: str | Path | None = None, *, concurrent: bool = False, **options: Any) -> LLM:
@@ -264,7 +270,20 @@ class LLM:
         if not prompt_ids:
             raise InvalidRequest.single("prompt", "the prompt is empty")
         thinking = opens_thinking(text) if reasoning_format == "parsed" and not raw else None
-        return PreparedRequest(prompt_ids, merged, thinking, compiled, source, None if raw else template)
+        opening = () if raw else self._next_turn_opening(prompt_format)
+        return PreparedRequest(
+            prompt_ids, merged, thinking, compiled, source, None if raw else template, opening
+        )
+
+    def _next_turn_opening(self, prompt_format: PromptFormat) -> tuple[int, ...]:
+        """The tokens of the chat template's turn boundary, tokenized once per template."""
+        if not isinstance(prompt_format, ChatTemplate) or not prompt_format.turn_boundary:
+            return ()
+        opening = self._openings.get(prompt_format)
+        if opening is None:  # two threads may both tokenize it: same result
+            tokenize = functools.partial(self.engine.tokenize, add_special=False)
+            opening = self._openings[prompt_format] = stable_tokens(prompt_format.turn_boundary, tokenize)
+        return opening
 
     def compile(self, constraint: Constraint) -> CompiledConstraint:
         """The constraint compiled for this model (cached per constraint)."""
@@ -321,7 +340,9 @@ class LLM:
         matcher = request.constraint.start() if request.constraint is not None else None
         with self.exclusive():
             reuse = PromptReuse()
-            tokens = self.engine.generate(request.prompt_ids, request.params, cancel, matcher, reuse)
+            tokens = self.engine.generate(
+                request.prompt_ids, request.params, cancel, matcher, reuse, request.next_turn_opening
+            )
             yield from self.chunks_of(tokens, request, cancel, reuse=reuse)
 
     def start(
@@ -464,3 +485,15 @@ def _marked(message: Message, marker: str) -> Message:
         return message
     text = "".join(p if isinstance(p, str) else marker for p in message.parts)
     return dataclasses.replace(message, content=text, parts=())
+
+
+def stable_tokens(text: str, tokenize: Callable[[str], list[int]]) -> tuple[int, ...]:
+    """`text`'s tokens as they stand between two other texts, of which they do not depend: the
+    ones it gives alone and between a sentence and a word (a tokenizer that merged it with what
+    comes before gives none). A sample, not a proof: whoever uses them reuses only what matches."""
+    before, after = "Sure, done.", "Thanks"
+    head, alone = tokenize(before), tokenize(text)
+    between = tokenize(before + text + after)
+    if between[: len(head)] != head:
+        return ()
+    return tuple(alone[: common_prefix(alone, between[len(head) :])])

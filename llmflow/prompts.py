@@ -22,6 +22,9 @@ MAX_MESSAGES = 1024
 #: bounds on what a template may compute (a chat template is untrusted input)
 MAX_TEMPLATE_ITEMS = 1_000_000
 MAX_TEMPLATE_POWER = 64
+#: message texts no template writes itself (Unicode's private use area), to find where a
+#: template puts them
+_STAND_INS = ("\ue000", "\ue001", "\ue002")
 
 
 def parse_messages(raw: Any, field_name: str = "messages") -> list[Message]:
@@ -215,6 +218,24 @@ class ChatTemplate:
             return "tools" in meta.find_undeclared_variables(_sandbox().parse(self.source))
         except TemplateError:
             return False
+
+    @cached_property
+    def turn_boundary(self) -> str:
+        """What the template writes between an answer's text and the next user message's text
+        (in ChatML `<|im_end|>`, a newline, `<|im_start|>user` and a newline): the part of a
+        conversation's next prompt known before the user says anything. Empty when the template
+        shows no such plain boundary (it fails on the probe, or does not write each text once, in
+        order)."""
+        user, answer, next_user = _STAND_INS
+        probe = [Message("user", user), Message("assistant", answer), Message("user", next_user)]
+        try:
+            text = self.render(probe)
+        except (ChatTemplateError, InvalidMessages):
+            return ""
+        if any(text.count(mark) != 1 for mark in _STAND_INS):
+            return ""
+        start, end = text.index(answer) + len(answer), text.index(next_user)
+        return text[start:end] if start <= end else ""
 
     def render(
         self,

@@ -128,3 +128,38 @@ def test_system_prompt_only_when_none_given():
     assert with_system_prompt(user, "sys")[0] == Message("system", "sys")
     with_system = [Message("system", "mine"), *user]
     assert with_system_prompt(with_system, "sys") == with_system
+
+
+LLAMA3 = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{{ m.content | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "boundary"),
+    [
+        (CHATML, "<|im_end|>\n<|im_start|>user\n"),
+        (LLAMA3, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"),
+        # no plain boundary: each message's text twice, a conversation refused, the text dropped
+        ("{% for m in messages %}{{ m.content }}|{{ m.content }}{% endfor %}", ""),
+        ("{{ raise_exception('a system message first') }}", ""),
+        ("{% for m in messages %}{{ m.role }}{% endfor %}", ""),
+    ],
+)
+def test_the_turn_boundary_is_what_stands_between_an_answer_and_the_next_message(source, boundary):
+    assert ChatTemplate(source, bos_token="<s>").turn_boundary == boundary
+
+
+def test_the_next_turn_opening_is_tokenized_as_a_prompt_holds_it():
+    """A boundary whose first character a tokenizer merges with the answer's last gives no
+    tokens; one whose last character it merges with the next message loses that token only."""
+    from llmflow.llm import stable_tokens
+
+    def chars(text: str) -> list[int]:  # a token per character, but ".b" and "|T" are one each
+        return [ord(c) for c in text.replace(".b", "\x01").replace("|T", "\x02")]
+
+    assert stable_tokens("<|x|>\n", chars) == tuple(map(ord, "<|x|>\n"))
+    assert stable_tokens("b>", chars) == ()
+    assert stable_tokens("<|x|", chars) == tuple(map(ord, "<|x"))

@@ -68,6 +68,9 @@ class TokenRequest:
     constraint: TokenMatcher | None = None
     #: where the engine says how many prompt tokens it reused (None: nobody asks)
     reuse: PromptReuse | None = None
+    #: the tokens the conversation's next prompt puts after the answer (the chat template's turn
+    #: boundary): an engine that keeps the conversation may compute them once it is idle
+    next_turn_opening: Sequence[int] = ()
 
 
 def token_request(
@@ -80,13 +83,14 @@ def token_request(
     default_seed: int | None = None,
     choice: int = 0,
     reuse: PromptReuse | None = None,
+    next_turn_opening: Sequence[int] = (),
 ) -> TokenRequest:
     """The request for one generation (choice `choice` of a group: a default seed one apart per
     choice, as `llmflow.choices` does for a request's own seed)."""
     if params.seed is None and default_seed is not None:
         params = params.model_copy(update={"seed": (default_seed + choice) % SEED_SPACE})
     limit = min(params.max_tokens, n_ctx - len(prompt_ids))
-    return TokenRequest(prompt_ids, params, cancel, limit, constraint, reuse)
+    return TokenRequest(prompt_ids, params, cancel, limit, constraint, reuse, next_turn_opening)
 
 
 class Engine(ABC):
@@ -194,16 +198,25 @@ class Engine(ABC):
         cancel: CancelToken,
         constraint: TokenMatcher | None = None,
         reuse: PromptReuse | None = None,
+        next_turn_opening: Sequence[int] = (),
     ) -> Iterator[int]:
         """Yield sampled token ids until the caller stops iterating, `cancel` is raised, `max_tokens`
         are out or the context is full. Closing the iterator frees the generation's engine state.
-        `reuse` hears how many prompt tokens came from a cache (an engine with none leaves it 0).
+        `reuse` hears how many prompt tokens came from a cache (an engine with none leaves it 0);
+        `next_turn_opening`: see `TokenRequest`.
 
         With a `constraint`, every token is sampled from logits masked by
         `constraint.allowed()` (greedy too: the masked argmax) and passed to
         `constraint.advance` before the next one is sampled."""
         request = token_request(
-            prompt_ids, params, cancel, self.n_ctx, constraint, default_seed=self.options.seed, reuse=reuse
+            prompt_ids,
+            params,
+            cancel,
+            self.n_ctx,
+            constraint,
+            default_seed=self.options.seed,
+            reuse=reuse,
+            next_turn_opening=next_turn_opening,
         )
         return self.tokens(request) if request.limit > 0 else iter(())
 
@@ -214,6 +227,7 @@ class Engine(ABC):
         cancel: CancelToken,
         constraints: Sequence[TokenMatcher | None] | None = None,
         reuse: PromptReuse | None = None,
+        next_turn_opening: Sequence[int] = (),
     ) -> list[Iterator[int]]:
         """Several answers to one prompt (OpenAI's `n`), one token iterator each. `constraints`:
         one matcher per choice (never shared: each holds its own choice's state), or None.
@@ -224,7 +238,15 @@ class Engine(ABC):
         n_ctx, seed = self.n_ctx, self.options.seed
         requests = [
             token_request(
-                prompt_ids, p, cancel, n_ctx, c, default_seed=seed, choice=i, reuse=reuse if i == 0 else None
+                prompt_ids,
+                p,
+                cancel,
+                n_ctx,
+                c,
+                default_seed=seed,
+                choice=i,
+                reuse=reuse if i == 0 else None,
+                next_turn_opening=next_turn_opening,
             )
             for i, (p, c) in enumerate(zip(params, matchers, strict=True))
         ]

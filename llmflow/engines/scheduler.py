@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 #: the longest the scheduler sleeps while every running request waits for an image's encoding
 ENCODING_WAIT_S = 0.05
+#: how long the scheduler stays idle before it computes a next-turn opening: a client that sends
+#: its next request at once (a script, an agent's next call) finds it free, not in that pass
+OPENING_WAIT_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,8 @@ class SchedulerStats:
     #: speculative draft tokens verified, and those the samples confirmed
     draft_tokens_proposed_total: int = 0
     draft_tokens_accepted_total: int = 0
+    #: tokens computed while idle after answers, for their conversations' next turns
+    next_turn_tokens_total: int = 0
 
 
 class Request:
@@ -152,6 +157,7 @@ class Request:
         "images",
         "leader",
         "limit",
+        "next_turn_opening",
         "params",
         "prompt_len",
         "reuse",
@@ -168,6 +174,7 @@ class Request:
         limit: int,
         constraint: TokenMatcher | None = None,
         reuse: PromptReuse | None = None,
+        next_turn_opening: Sequence[int] = (),
     ):
         self.tokens = list(prompt_ids)
         self.prompt_len = len(self.tokens)
@@ -189,6 +196,8 @@ class Request:
         self.constraint = constraint
         #: where the engine reports how many prompt tokens it did not compute
         self.reuse = reuse
+        #: what the conversation's next prompt puts after the answer (`TokenRequest`)
+        self.next_turn_opening = next_turn_opening
         #: the LoRA adapter it computes with (None: the base model)
         self.adapter: AdapterKey = adapter_key(params.lora, params.lora_scale)
         #: the prompt's images, and their encodings under way or done
@@ -222,7 +231,13 @@ _END = object()
 
 def _request(request: TokenRequest) -> Request:
     return Request(
-        request.prompt_ids, request.params, request.cancel, request.limit, request.constraint, request.reuse
+        request.prompt_ids,
+        request.params,
+        request.cancel,
+        request.limit,
+        request.constraint,
+        request.reuse,
+        request.next_turn_opening,
     )
 
 
@@ -404,6 +419,7 @@ class BatchScheduler:
         one_pass: bool = False,
         reuse_tokens: bool = True,
         prompt_cache: PromptCache | None = None,
+        next_turn_openings: bool = True,
         speculation: Speculation | None = None,
         draft_model: SequenceDrafter | None = None,
         equal_drafts: bool = False,
@@ -413,7 +429,9 @@ class BatchScheduler:
         `speculation`: decoding requests that allow it verify a draft in the step's pass (not
         those with an output constraint: the backend masks only a pass's first row), from prompt
         lookup or, for text-only requests, from `draft_model` (its sequence ids are the
-        scheduler's); `equal_drafts`: all of one length (a KV stream per sequence, `Drafts`)."""
+        scheduler's); `equal_drafts`: all of one length (a KV stream per sequence, `Drafts`).
+        `next_turn_openings`: compute a whole answer's next-turn opening once idle (with
+        `reuse_tokens`; `_open_next_turn`)."""
         if n_batch < max(parallel, prefill_chunk):
             raise ValueError(f"n_batch ({n_batch}) must be at least parallel and prefill_chunk")
         self.backend = backend
@@ -423,6 +441,7 @@ class BatchScheduler:
         self.prefill_chunk = prefill_chunk
         self.one_pass = one_pass
         self.reuse_tokens = reuse_tokens
+        self.next_turn_openings = next_turn_openings
         self.prompt_cache = prompt_cache if prompt_cache is not None and prompt_cache.enabled else None
         self._eos = frozenset(eos_token_ids)
         self._cond = threading.Condition()
@@ -447,6 +466,10 @@ class BatchScheduler:
         self._restores = 0
         self._save_s = 0.0
         self._save_s_max = 0.0
+        #: free sequence -> (what it kept when its answer ended, the tokens its conversation's next
+        #: prompt continues with), most recent last (`_open_next_turn`)
+        self._openings: dict[int, tuple[list[int], list[int]]] = {}
+        self._opened = 0
         self._drafts = (
             Drafts(speculation, draft_model, equal=equal_drafts) if speculation is not None else None
         )
@@ -498,6 +521,7 @@ class BatchScheduler:
             cache_save_seconds_max=self._save_s_max,
             draft_tokens_proposed_total=self.speculation_counts.proposed,
             draft_tokens_accepted_total=self.speculation_counts.accepted,
+            next_turn_tokens_total=self._opened,
         )
 
     def persist(self, timeout: float = 60.0) -> None:
@@ -562,9 +586,15 @@ class BatchScheduler:
         self._fail_everything(failure)
 
     def _wait_for_work(self) -> bool:
+        """Wait for something to run; after `OPENING_WAIT_S` idle, an answer's next-turn opening
+        is something to run."""
         with self._cond:
             if self._idle:
                 self.backend.idle()
+                if self._openings:
+                    self._cond.wait(OPENING_WAIT_S)
+                    if self._idle:
+                        return True
             while self._idle:
                 self._cond.wait()
             return not self._stopping
@@ -579,6 +609,7 @@ class BatchScheduler:
         self._admit()
         self._compact()
         if not self._running:
+            self._open_next_turn()
             self._deliver()
             return
         self._share_prefixes()
@@ -765,11 +796,12 @@ class BatchScheduler:
         request.box.put(token)
         self._delivered.append(request.box)
         if token in self._eos or request.generated >= request.limit:
-            self._finish(request)
+            self._finish(request, whole=True)
 
-    def _finish(self, request: Request, error: EngineFailed | None = None) -> None:
+    def _finish(self, request: Request, error: EngineFailed | None = None, whole: bool = False) -> None:
         """Free the request's sequence (what it computed stays there for the next request, unless
-        the pass failed), then tell its consumer."""
+        the pass failed), then tell its consumer. `whole`: the answer ended by itself (an
+        end-of-generation token, its limit), so its conversation may go on from it."""
         seq = request.seq
         request.seq = -1
         self._running.remove(request)
@@ -785,6 +817,8 @@ class BatchScheduler:
         if error is None:
             if self.reuse_tokens:
                 self._cached[seq] = request.tokens[: request.fed]
+                if whole and self.next_turn_openings and request.next_turn_opening:
+                    self._note_opening(seq, request)
             else:
                 whole_chunks = request.prompt_len // self.prefill_chunk * self.prefill_chunk
                 kept = min(request.fed, whole_chunks)
@@ -794,6 +828,39 @@ class BatchScheduler:
         self._cached[seq] = []
         self._post(request, EngineFailed(str(error)))  # one instance per consumer
         self.backend.truncate(seq, 0)
+
+    def _note_opening(self, seq: int, request: Request) -> None:
+        """What `seq` would compute while idle for the conversation's next turn: the answer's
+        tokens not computed yet (the last one sampled; an end-of-generation token left out, as
+        the next prompt spells the end of the answer with the template's boundary), then the
+        template's next-turn opening."""
+        rest = request.tokens[request.fed :]
+        if rest and rest[-1] in self._eos:
+            rest.pop()
+        self._openings.pop(seq, None)  # re-inserted: the most recent answer last
+        self._openings[seq] = (self._cached[seq], rest + list(request.next_turn_opening))
+
+    def _open_next_turn(self) -> None:
+        """While nothing runs or waits, compute the most recent answer's next-turn opening in
+        its sequence, so that the conversation's next prompt computes only its new message
+        (whatever of it does not match is dropped then, as any kept token is)."""
+        if not self._openings or self._waiting:
+            return
+        seq, (kept, tokens) = self._openings.popitem()
+        if self._holder[seq] is not None or self._cached[seq] is not kept:
+            return  # the sequence went on to something else
+        if len(kept) + len(tokens) > self.n_ctx:
+            return
+        try:
+            self.backend.truncate(seq, len(kept))  # cells past what it keeps (a run after an end)
+            self.backend.decode([BatchEntry(seq, tokens, len(kept), sample=False, sampler=None)])
+        except EngineFailed as exc:
+            log.warning("computing a next-turn opening failed: %s", exc)
+            self._cached[seq] = kept[: self.backend.truncate(seq, len(kept))]
+            return
+        self._decoded += len(tokens)
+        self._opened += len(tokens)
+        self._cached[seq] = kept + tokens
 
     def _post(self, request: Request, item: Any) -> None:
         request.box.put(item)

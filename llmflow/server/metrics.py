@@ -193,6 +193,10 @@ _GAUGES = {
     "sequences": ("llmflow_engine_sequences", "Engine sequences (KV-cache slots) in all"),
     "free": ("llmflow_engine_free_sequences", "Engine sequences (KV-cache slots) free now"),
     "generated": ("llmflow_engine_generated_tokens", "Tokens the engine has generated since it loaded"),
+    "opened": (
+        "llmflow_engine_next_turn_tokens",
+        "Tokens the engine computed while idle after answers, for their conversations' next turns",
+    ),
 }
 
 
@@ -249,6 +253,7 @@ class _ModelGauges(Collector):
                 families["sequences"].add_metric(name, stats.parallel)
                 families["free"].add_metric(name, stats.free_sequences)
                 families["generated"].add_metric(name, stats.tokens_generated_total)
+                families["opened"].add_metric(name, stats.next_turn_tokens_total)
         families["cache_bytes"] = cache_bytes
         yield from (family for family in (proposed, accepted, images, image_bytes) if family.samples)
         yield from (family for family in families.values() if family.samples)  # absent, as before, when empty

@@ -41,3 +41,36 @@ def test_returning_sessions_get_their_own_conversations_back():
                 assert max(moved) < REUSE_TOLERANCE, moved
     finally:
         llm.close()
+
+
+def test_the_next_turn_opening_is_computed_while_idle_and_reused(default_served):
+    """The batching engine computes an answer's last token and the template's boundary once
+    idle: the conversation's next prompt reuses all of them and computes only its new message.
+    Token ids throughout, so that it holds whatever the model answers."""
+    import time
+
+    from llmflow.types import CancelToken, PromptReuse
+
+    llm = default_served.llm
+    engine = llm.engine
+    chat = [{"role": "system", "content": "You answer in one word."}, {"role": "user", "content": "Sky?"}]
+    first = llm.prepare(chat, {"max_tokens": 6, "temperature": 0.0})
+    boundary = "<|im_end|>\n<|im_start|>user\n"
+    assert first.next_turn_opening == tuple(engine.tokenize(boundary, add_special=False))
+    assert llm.prepare("Sky?", raw=True).next_turn_opening == ()
+
+    before = engine.stats().next_turn_tokens_total
+    answer = list(
+        engine.generate(first.prompt_ids, first.params, CancelToken(), None, None, first.next_turn_opening)
+    )
+    said = answer[:-1] if answer[-1] in engine.eos_token_ids else answer
+    deadline = time.monotonic() + 30
+    while engine.stats().next_turn_tokens_total < before + len(first.next_turn_opening):
+        assert time.monotonic() < deadline, engine.stats()
+        time.sleep(0.02)
+
+    new = engine.tokenize("And grass?<|im_end|>\n<|im_start|>assistant\n", add_special=False)
+    follow = [*first.prompt_ids, *said, *first.next_turn_opening, *new]
+    reuse = PromptReuse()
+    assert list(engine.generate(follow, first.params, CancelToken(), None, reuse))
+    assert reuse.cached_tokens == len(follow) - len(new)

@@ -5,18 +5,24 @@ wrong state changes the answer and fails the comparison with a request run alone
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from llmflow.engines import scheduler as scheduler_module
 from llmflow.engines.base import token_request
 from llmflow.engines.prompt_cache import PromptCache
 from llmflow.types import CancelToken, PromptReuse
-from tests.engines.test_scheduler import alone, make, params, prompt, settle, submit
+from tests.engines.test_scheduler import EOS, alone, make, params, prompt, settle, submit
 
 
-def ask(scheduler, tokens, max_tokens=4):
-    """One request's tokens and how many of its prompt tokens it reused."""
+def ask(scheduler, tokens, max_tokens=4, opening=()):
+    """One request's tokens and how many of its prompt tokens it reused (`opening`: its
+    conversation's next-turn opening)."""
     reuse = PromptReuse()
-    request = token_request(tokens, params(max_tokens), CancelToken(), scheduler.n_ctx, reuse=reuse)
+    request = token_request(
+        tokens, params(max_tokens), CancelToken(), scheduler.n_ctx, reuse=reuse, next_turn_opening=opening
+    )
     out = list(scheduler.generate(request))
     settle(scheduler)
     return out, reuse.cached_tokens
@@ -139,5 +145,98 @@ def test_without_token_reuse_only_whole_chunks_are_kept():
         ask(scheduler, p)
         answer, cached = ask(scheduler, [*p, 1, 2])
         assert cached == 16 and answer == alone([*p, 1, 2], 4)
+    finally:
+        scheduler.close()
+
+
+# -- the next turn's opening, computed while idle --
+
+OPENING = (70, 71, 72)
+
+
+def opened(scheduler, tokens: int, timeout: float = 10.0) -> None:
+    """Wait until the scheduler has computed `tokens` next-turn tokens in all."""
+    deadline = time.monotonic() + timeout
+    while scheduler.stats().next_turn_tokens_total < tokens:
+        assert time.monotonic() < deadline, scheduler.stats()
+        time.sleep(0.01)
+
+
+def test_an_idle_scheduler_computes_the_next_turns_opening(scheduler):
+    """After a whole answer, the last sampled token and the template's opening go into the
+    sequence while nothing runs: the next turn computes only its own message, and its answer
+    is the one of a cold request."""
+    conversation = prompt(7, 23)
+    answer, _ = ask(scheduler, conversation, max_tokens=5, opening=OPENING)
+    assert answer[-1] != EOS
+    opened(scheduler, 1 + len(OPENING))
+    follow = [*conversation, *answer, *OPENING, 5, 6, 7]
+    again, cached = ask(scheduler, follow, max_tokens=5, opening=OPENING)
+    assert again == alone(follow, 5)
+    assert cached == len(follow) - 3
+
+
+def test_an_answer_that_ends_with_its_end_token_opens_with_the_template_boundary():
+    """The end-of-generation token is not the conversation's: the next prompt spells the end
+    of the answer with the template's boundary, which the opening holds."""
+    _, scheduler = make(parallel=2)
+    try:
+        conversation = next(p for i in range(2000) if (p := prompt(i, 11)) and alone(p, 40)[-1:] == [EOS])
+        answer, _ = ask(scheduler, conversation, max_tokens=40, opening=OPENING)
+        assert answer[-1] == EOS
+        opened(scheduler, len(OPENING))
+        follow = [*conversation, *answer[:-1], *OPENING, 9]
+        again, cached = ask(scheduler, follow, opening=OPENING)
+        assert again == alone(follow, 4) and cached == len(follow) - 1
+    finally:
+        scheduler.close()
+
+
+def test_a_request_that_comes_at_once_finds_no_opening_pass_before_it(monkeypatch):
+    monkeypatch.setattr(scheduler_module, "OPENING_WAIT_S", 30.0)
+    _, scheduler = make(parallel=2)
+    try:
+        conversation = prompt(8, 19)
+        answer, _ = ask(scheduler, conversation, max_tokens=5, opening=OPENING)
+        follow = [*conversation, *answer, *OPENING, 4]
+        again, cached = ask(scheduler, follow, opening=OPENING)
+        assert again == alone(follow, 4) and cached == len(conversation) + len(answer) - 1
+        assert scheduler.stats().next_turn_tokens_total == 0
+    finally:
+        scheduler.close()
+
+
+def test_an_opening_the_next_prompt_does_not_take_is_dropped(scheduler):
+    """A next prompt that goes elsewhere (a tool's message, an edited answer) reuses only what
+    matches, and answers as a cold request."""
+    conversation = prompt(9, 21)
+    answer, _ = ask(scheduler, conversation, max_tokens=5, opening=OPENING)
+    opened(scheduler, 1 + len(OPENING))
+    follow = [*conversation, *answer, OPENING[0], 99, 98]
+    again, cached = ask(scheduler, follow, opening=OPENING)
+    assert again == alone(follow, 4)
+    assert cached == len(conversation) + len(answer) + 1
+
+
+@pytest.mark.parametrize("case", ["cancelled", "switched off", "without token reuse"])
+def test_no_opening_after_a_cancelled_answer_or_with_openings_off(case):
+    options = {"switched off": {"openings": False}, "without token reuse": {"reuse_tokens": False}}
+    # slow passes: the consumer cancels long before the limit
+    _, scheduler = make(parallel=2, delay_s=0.005, **options.get(case, {}))
+    try:
+        cancel = CancelToken()
+        request = token_request(
+            prompt(10, 17), params(200), cancel, scheduler.n_ctx, next_turn_opening=OPENING
+        )
+        stream = scheduler.generate(request)
+        if case == "cancelled":
+            next(stream)
+            cancel.cancel()
+            assert len(list(stream)) < 100
+        else:
+            list(stream)
+        settle(scheduler)
+        time.sleep(3 * scheduler_module.OPENING_WAIT_S)
+        assert scheduler.stats().next_turn_tokens_total == 0
     finally:
         scheduler.close()

@@ -99,7 +99,9 @@ def alone(prompt: list[int], max_tokens: int, seed: int = 0, n_ctx: int = 256) -
     return out
 
 
-def make(parallel=4, delay_s=0.0, n_batch=64, one_pass=False, reuse_tokens=True, prompt_cache=None):
+def make(
+    parallel=4, delay_s=0.0, n_batch=64, one_pass=False, reuse_tokens=True, prompt_cache=None, openings=True
+):
     backend = SimBackend(parallel, delay_s)
     scheduler = BatchScheduler(
         backend,
@@ -111,6 +113,7 @@ def make(parallel=4, delay_s=0.0, n_batch=64, one_pass=False, reuse_tokens=True,
         one_pass=one_pass,
         reuse_tokens=reuse_tokens,
         prompt_cache=prompt_cache,
+        next_turn_openings=openings,
     )
     return backend, scheduler
 
