@@ -43,13 +43,15 @@ def system_prompt(seed: int, words: int) -> str:
 def sessions(urls: dict[str, str], seed: int, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The same session on every server at once, turn by turn (the first server rotating): a turn
     is timed on each server before the next turn starts on any, so that each ratio compares the
-    machine at one moment (one session per server and round moved a ratio 10-20%)."""
+    machine at one moment (one session per server and round moved a ratio 10-20%); after a pause,
+    so that no server's work after an answer (llmflow's next-turn opening) falls into another's."""
     models = {name: model_id(url) for name, url in urls.items()}
     chats = {name: [{"role": "system", "content": system_prompt(seed, args.system_words)}] for name in urls}
     turns: dict[str, list[dict[str, Any]]] = {name: [] for name in urls}
     for turn in range(args.turns):
         question = f"Customer question {turn + 1}: what does rule {turn} mean?"
         for name in rotated(list(urls), turn):
+            time.sleep(args.pause_ms / 1000)
             chats[name].append({"role": "user", "content": question})
             answer = stream_chat(urls[name], models[name], chats[name], args.answer_tokens)
             turns[name].append({k: answer[k] for k in ("ttft_s", "e2e_s", "chunks", "usage", "timings")})
@@ -175,10 +177,10 @@ PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict]] = {
 
 
 def parse_args() -> argparse.Namespace:
-    # --n-ctx: per sequence; --system-words: about 1.1k tokens
+    # --n-ctx: per sequence; --system-words: about 1.1k tokens; --pause-ms: before each turn
     p = parser(__doc__, rounds=5, parallel=8, n_ctx=4096, system_words=900, turns=8, answer_tokens=48,
-               short_requests=8, streams=8, stream_tokens=96, sessions=32, revisit_system_words=300,
-               cache_ram_mib=512, identity_sessions=12)  # fmt: skip
+               pause_ms=500, short_requests=8, streams=8, stream_tokens=96, sessions=32,
+               revisit_system_words=300, cache_ram_mib=512, identity_sessions=12)  # fmt: skip
     add_peer_arguments(p)
     p.add_argument("--peers-only", action="store_true", help="per server only (no cache tiers, no identity)")
     return p.parse_args()

@@ -237,6 +237,8 @@ def sessions(d: Result) -> str:
     turns = {peer: r["ttft_later_turns"] for peer, r in s["llmflow_over"].items()
              if r.get("ttft_later_turns")}  # fmt: skip
     together = " (the sessions: every server up at once, each turn sent to one after another)" * bool(turns)
+    if c.get("pause_ms"):
+        together = together[:-1] + f", {c['pause_ms']} ms apart)"
     text = (
         f"{c['model']}, {plural(c['threads'], 'thread')} and {c['parallel']} sequences for every server, "
         f"greedy. A session: a system prompt of {c['system_words']} words, {c['turns']} turns of "
