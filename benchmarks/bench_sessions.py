@@ -41,10 +41,9 @@ def system_prompt(seed: int, words: int) -> str:
 
 
 def sessions(urls: dict[str, str], seed: int, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """The same session on every server at once, turn by turn (the first server rotating): a turn
-    is timed on each server before the next turn starts on any, so that each ratio compares the
-    machine at one moment (one session per server and round moved a ratio 10-20%); after a pause,
-    so that no server's work after an answer (llmflow's next-turn opening) falls into another's."""
+    """The same session on every server at once, turn by turn (the first server rotating; a pause
+    before each turn, so that no server's idle work falls into another's): each ratio compares the
+    machine at one moment (one session per server and round moved a ratio 10-20%)."""
     models = {name: model_id(url) for name, url in urls.items()}
     chats = {name: [{"role": "system", "content": system_prompt(seed, args.system_words)}] for name in urls}
     turns: dict[str, list[dict[str, Any]]] = {name: [] for name in urls}

@@ -26,31 +26,8 @@ from stream_timing import at_once, decode_speed
 
 from llmflow import LLM
 
-TEXT = """\
-The river runs past the old mill, under the stone bridge and into the town, where children feed \
-the ducks every morning before school. The baker opens his shop at seven, and by eight the smell \
-of fresh bread has reached the market square, where farmers set out crates of apples, pears and \
-late plums. Nobody in the town remembers when the market began; the oldest stones of the square \
-are worn smooth by centuries of carts and boots.
-
-In the afternoon the square empties. The farmers drive home along the river road, the children \
-come back from school, and the old men who play cards under the chestnut tree argue about the \
-weather, the price of wood and the mayor's new plan for a car park behind the church. The plan \
-has been discussed for eleven years. Every spring it is announced again, and every autumn it is \
-quietly put away until the next election.
-
-When the evening comes, the lamps along the bridge are lit one by one, and the water below turns \
-from green to black. Fishermen stand at the far end of the bridge with their lines in the current, \
-hoping for trout, although everyone knows the trout left the river years ago, when the paper \
-factory upstream still emptied its tanks at night. The factory closed, the water cleared, and \
-the fishermen kept coming, because the fish were never really the point.
-
-On Sundays the bells of the church ring for the morning service, and the whole town seems to \
-hold its breath. The baker closes early, the market does not open, and the card players take \
-their places under the chestnut tree an hour before noon. Visitors who arrive on a Sunday often \
-think the town has been abandoned, until they turn the corner by the fountain and find half of \
-its people sitting in the sun, talking about nothing in particular, as they have always done.
-"""
+#: the ~600-token text the rewrite requests copy
+TEXT = (Path(__file__).parent / "rewrite_text.txt").read_text(encoding="utf-8")
 REWRITES = [("river", "stream"), ("bridge", "viaduct"), ("baker", "grocer"), ("square", "plaza"),
             ("church", "chapel"), ("farmers", "growers"), ("town", "village"),
             ("fishermen", "anglers")]  # fmt: skip
