@@ -662,7 +662,7 @@ class LlamaVocab:
         strips = llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP | llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP
         specials: dict[bytes, int] = {}
         for token in range(self.n_vocab):
-            attr = llama_cpp.llama_token_get_attr(vocab, token)
+            attr = llama_cpp.llama_vocab_get_attr(vocab, token)
             if not attr & split_at:
                 continue
             text = llama_cpp.llama_vocab_get_text(vocab, token)
@@ -693,7 +693,7 @@ class LlamaVocab:
         special = frozenset(
             t
             for t in range(self.n_vocab)
-            if llama_cpp.llama_token_get_attr(vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+            if llama_cpp.llama_vocab_get_attr(vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
         )
         tokens = [
             _piece(llama_cpp, vocab, t, special=True) if t in special else piece
