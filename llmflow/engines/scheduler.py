@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import TokenRequest
@@ -574,7 +574,10 @@ class BatchScheduler:
     def _run(self) -> None:
         failure = EngineFailed("the engine was closed while generating")
         try:
-            while self._wait_for_work():
+            while (work := self._wait_for_work()) != "stop":
+                if work == "open":
+                    self._open_next_turn()
+                    continue
                 self._answer_persists()
                 self._step()
             self._save_kept()
@@ -585,19 +588,19 @@ class BatchScheduler:
                 self._failure = failure
         self._fail_everything(failure)
 
-    def _wait_for_work(self) -> bool:
-        """Wait for something to run; after `OPENING_WAIT_S` idle, an answer's next-turn opening
-        is something to run."""
+    def _wait_for_work(self) -> Literal["step", "open", "stop"]:
+        """What to do next: a step; once idle for `OPENING_WAIT_S` with an answer's next-turn
+        opening noted, that opening; or stop."""
         with self._cond:
             if self._idle:
                 self.backend.idle()
                 if self._openings:
                     self._cond.wait(OPENING_WAIT_S)
                     if self._idle:
-                        return True
+                        return "open"
             while self._idle:
                 self._cond.wait()
-            return not self._stopping
+            return "stop" if self._stopping else "step"
 
     @property
     def _idle(self) -> bool:
@@ -609,7 +612,6 @@ class BatchScheduler:
         self._admit()
         self._compact()
         if not self._running:
-            self._open_next_turn()
             self._deliver()
             return
         self._share_prefixes()
@@ -841,9 +843,9 @@ class BatchScheduler:
         self._openings[seq] = (self._cached[seq], rest + list(request.next_turn_opening))
 
     def _open_next_turn(self) -> None:
-        """While nothing runs or waits, compute the most recent answer's next-turn opening in
-        its sequence, so that the conversation's next prompt computes only its new message
-        (whatever of it does not match is dropped then, as any kept token is)."""
+        """Compute the most recent answer's next-turn opening in its sequence (nothing runs or
+        waits), so that the conversation's next prompt computes only its new message (whatever
+        of it does not match is dropped then, as any kept token is)."""
         if not self._openings or self._waiting:
             return
         seq, (kept, tokens) = self._openings.popitem()
