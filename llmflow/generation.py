@@ -224,7 +224,7 @@ class Generation(Iterator[Event]):
                 self.cancel,
                 llm.matchers(prepared, n),
                 reuse,
-                prepared.next_turn_opening,
+                next_turn_opening=prepared.next_turn_opening,
             )
             chunks = [
                 llm.chunks_of(t, prepared, self.cancel, p, reuse) for t, p in zip(tokens, params, strict=True)

@@ -341,7 +341,12 @@ class LLM:
         with self.exclusive():
             reuse = PromptReuse()
             tokens = self.engine.generate(
-                request.prompt_ids, request.params, cancel, matcher, reuse, request.next_turn_opening
+                request.prompt_ids,
+                request.params,
+                cancel,
+                matcher,
+                reuse,
+                next_turn_opening=request.next_turn_opening,
             )
             yield from self.chunks_of(tokens, request, cancel, reuse=reuse)
 

@@ -29,8 +29,8 @@ class CountingEngine:
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
-    def generate(self, prompt_ids, params, cancel, constraint=None, reuse=None):
-        for token in self._engine.generate(prompt_ids, params, cancel, constraint, reuse):
+    def generate(self, prompt_ids, params, cancel, constraint=None, reuse=None, next_turn_opening=()):
+        for token in self._engine.generate(prompt_ids, params, cancel, constraint, reuse, next_turn_opening):
             self.yielded += 1
             yield token
 
