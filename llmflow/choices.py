@@ -60,7 +60,12 @@ def stream_choices(
     with llm.exclusive():
         # each choice its own constraint state: a sampled token advances only its choice's matcher
         streams = llm.engine.generate_group(
-            request.prompt_ids, params, cancel, llm.matchers(request, n), reuse
+            request.prompt_ids,
+            params,
+            cancel,
+            llm.matchers(request, n),
+            reuse,
+            next_turn_opening=request.next_turn_opening,
         )
         chunks = [
             llm.chunks_of(tokens, request, cancel, p, reuse)

@@ -59,15 +59,26 @@ def test_the_next_turn_opening_is_computed_while_idle_and_reused(default_served)
     assert first.next_turn_opening == tuple(engine.tokenize(boundary, add_special=False))
     assert llm.prepare("Sky?", raw=True).next_turn_opening == ()
 
-    before = engine.stats().next_turn_tokens_total
+    def settled() -> int:
+        """The opened-token count once no opening is left to compute (earlier tests' too)."""
+        deadline, last, since = time.monotonic() + 30, -1, time.monotonic()
+        while True:
+            now = engine.stats().next_turn_tokens_total
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since > 1.0:
+                return now
+            assert time.monotonic() < deadline, engine.stats()
+            time.sleep(0.02)
+
+    before = settled()
     answer = list(
         engine.generate(first.prompt_ids, first.params, CancelToken(), None, None, first.next_turn_opening)
     )
     said = answer[:-1] if answer[-1] in engine.eos_token_ids else answer
-    deadline = time.monotonic() + 30
-    while engine.stats().next_turn_tokens_total < before + len(first.next_turn_opening):
-        assert time.monotonic() < deadline, engine.stats()
-        time.sleep(0.02)
+    # the opening, after the answer's last token when it ran to its limit (an end token is not
+    # the conversation's)
+    assert settled() - before == len(first.next_turn_opening) + (len(said) == len(answer))
 
     new = engine.tokenize("And grass?<|im_end|>\n<|im_start|>assistant\n", add_special=False)
     follow = [*first.prompt_ids, *said, *first.next_turn_opening, *new]
