@@ -12,6 +12,7 @@ import pytest
 from llmflow.engines import scheduler as scheduler_module
 from llmflow.engines.base import token_request
 from llmflow.engines.prompt_cache import PromptCache
+from llmflow.errors import EngineFailed
 from llmflow.types import CancelToken, PromptReuse
 from tests.engines.test_scheduler import EOS, alone, make, params, prompt, settle, submit
 
@@ -237,6 +238,31 @@ def test_no_opening_after_a_cancelled_answer_or_with_openings_off(case):
             list(stream)
         settle(scheduler)
         time.sleep(3 * scheduler_module.OPENING_WAIT_S)
+        assert scheduler.stats().next_turn_tokens_total == 0
+    finally:
+        scheduler.close()
+
+
+def test_an_opening_pass_that_fails_is_dropped_and_the_next_turn_computed(caplog):
+    backend, scheduler = make(parallel=2)
+    try:
+
+        def fail_openings(entries):
+            if not any(e.sample for e in entries):
+                raise EngineFailed("simulated failure")
+
+        backend.on_decode = fail_openings
+        conversation = prompt(11, 21)
+        answer, _ = ask(scheduler, conversation, max_tokens=5, opening=OPENING)
+        deadline = time.monotonic() + 10
+        while "computing a next-turn opening failed" not in caplog.text:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        backend.on_decode = lambda entries: None
+        follow = [*conversation, *answer, *OPENING, 3]
+        again, cached = ask(scheduler, follow, opening=OPENING)
+        assert again == alone(follow, 4)
+        assert cached == len(conversation) + len(answer) - 1  # what the answer left, no opening
         assert scheduler.stats().next_turn_tokens_total == 0
     finally:
         scheduler.close()
