@@ -163,15 +163,16 @@ def test_the_openai_agents_sdk_runs_an_agent_without_tools(server, model_name):
 
 
 def test_an_error_after_streaming_began_is_a_responses_error_event_then_done(start_server, model_name):
-    # near-uniform sampling over the whole vocabulary: an answer that outlasts the time limit on any
-    # machine and any build (a greedy answer may end early where decoding is fast)
-    wandering = {"temperature": 5.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
-    body = {"model": model_name, "input": "Write a long story.", "max_output_tokens": 2000, "stream": True}
+    # a schema no answer can meet within the time limit: the grammar forbids ending early on any
+    # machine and any build, where free sampling may end an answer at once
+    endless = {"type": "array", "items": {"type": "integer"}, "minItems": 1000}
+    fmt = {"type": "json_schema", "name": "numbers", "schema": endless, "strict": True}
+    body = {"model": model_name, "input": "Count.", "max_output_tokens": 2000, "stream": True}
     with (
         start_server(request_timeout_s=1.0) as server,
         httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http,
     ):
-        events = sse_events(http.post("/v1/responses", json={**body, **wandering}).text)
+        events = sse_events(http.post("/v1/responses", json={**body, "text": {"format": fmt}}).text)
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])
     assert error["type"] == "error" and error["code"] == "timeout" and error["message"]
