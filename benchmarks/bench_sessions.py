@@ -1,8 +1,8 @@
 """Multi-turn sessions against the peers, and the conversation cache's tiers.
 
 On the same GGUF, threads and sequences: `sessions` (a long system prompt, several turns, each
-answer appended; every server up at once, turns alternated between them), then, servers alternated
-within each round, `short` (a short request alone) and `streams` (concurrent streams); llmflow
+answer appended) and `short` (a short request alone), every server up at once, each turn and request
+sent to one server after another; then, servers alternated, `streams` (concurrent streams); llmflow
 alone: `revisits` (more sessions than sequences, round robin, on the host tier) and `restart` (the
 next turn after a restart on the same `--prompt-cache-dir`).
 """
@@ -13,7 +13,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -55,18 +54,23 @@ def sessions(urls: dict[str, str], seed: int, args: argparse.Namespace) -> dict[
             answer = stream_chat(urls[name], models[name], chats[name], args.answer_tokens)
             turns[name].append({k: answer[k] for k in ("ttft_s", "e2e_s", "chunks", "usage", "timings")})
             chats[name].append({"role": "assistant", "content": answer["text"]})
-    return {name: {"turns": t, "ttft_turn1_s": t[0]["ttft_s"],
-                   "ttft_later_s": statistics.median(x["ttft_s"] for x in t[1:] if x["ttft_s"] is not None)}
+    later = {name: [x["ttft_s"] for x in t[1:]] for name, t in turns.items()}
+    return {name: {"turns": t, "ttft_turn1_s": t[0]["ttft_s"], "later_ttft_s": later[name],
+                   "ttft_later_s": statistics.median(x for x in later[name] if x is not None)}
             for name, t in turns.items()}  # fmt: skip
 
 
-def short_requests(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    model, ttfts = model_id(url), []
+def short_requests(urls: dict[str, str], seed: int, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """A short request alone, the same question on every server in turn: paired, as the turns are."""
+    models, ttfts = {name: model_id(url) for name, url in urls.items()}, {name: [] for name in urls}
     for i in range(args.short_requests):
         word = WORDS[(seed + i) % len(WORDS)]
         question = f"Request {seed}-{i}: in one sentence, why do {word}s matter to a shop?"
-        ttfts.append(stream_chat(url, model, question, 8)["ttft_s"])
-    return {"ttft_s": ttfts, "ttft_p50_s": statistics.median(t for t in ttfts if t is not None)}
+        for name in rotated(list(urls), i):
+            time.sleep(args.pause_ms / 1000)
+            ttfts[name].append(stream_chat(urls[name], models[name], question, 8)["ttft_s"])
+    return {name: {"ttft_s": t, "ttft_p50_s": statistics.median(x for x in t if x is not None)}
+            for name, t in ttfts.items()}  # fmt: skip
 
 
 def concurrent_streams(url: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -106,10 +110,9 @@ def revisits(setup: Setup, args: argparse.Namespace, seed: int) -> dict[str, Any
         rss_end = rss_bytes(url)
         metrics = CLIENT.get(url.removesuffix("/v1") + "/metrics", timeout=30).text
     host_bytes = metric(metrics, "llmflow_prompt_cache_bytes", tier="host")
-    return {"cold_ttft_s": cold, "revisit_ttft_s": warm, "reused_share": reused,
-            "cold_over_revisit": statistics.median(cold) / statistics.median(warm),
-            "reused_share_min": min(reused),
-            "rss_start": rss_start, "rss_end": rss_end, "host_tier_bytes": host_bytes,
+    return {"cold_ttft_s": cold, "revisit_ttft_s": warm, "reused_share": reused, "rss_start": rss_start,
+            "cold_over_revisit": statistics.median(cold) / statistics.median(warm), "rss_end": rss_end,
+            "reused_share_min": min(reused), "host_tier_bytes": host_bytes,
             "budget_bytes": args.cache_ram_mib << 20}  # fmt: skip
 
 
@@ -171,10 +174,6 @@ def greedy_identity(args: argparse.Namespace, model: Path) -> dict[str, Any]:
     return {"answers": len(on), "identical": same, "weights": model.name, "saving": saving}
 
 
-PER_SERVER: dict[str, Callable[[str, int, argparse.Namespace], dict]] = {
-    "short": short_requests, "streams": concurrent_streams}  # fmt: skip
-
-
 def parse_args() -> argparse.Namespace:
     # --n-ctx: per sequence; --system-words: about 1.1k tokens; --pause-ms: before each turn
     p = parser(__doc__, rounds=5, parallel=8, n_ctx=4096, system_words=900, turns=8, answer_tokens=48,
@@ -191,20 +190,20 @@ def main() -> None:
     model = args.model or default_model_path()
     setup = Setup.of(args, model, Path(tempfile.mkdtemp(prefix="llmflow-sessions-")))
     servers = ["llmflow", "llama-server"] + (["example-server"] if args.example_server else [])
-    samples: dict[str, Any] = {kind: {name: [] for name in servers} for kind in ("sessions", *PER_SERVER)}
+    samples: dict[str, Any] = {k: {name: [] for name in servers} for k in ("sessions", "short", "streams")}
     samples["revisits"], samples["restart"] = [], []
     for round_ in range(args.rounds):
         order = rotated(servers, round_)
         with ExitStack() as up:
             urls = {name: up.enter_context(serve(setup, name)) for name in order}
-            for name, result in sessions(urls, 100 * round_, args).items():
-                samples["sessions"][name].append(result)
+            for kind, measure in (("sessions", sessions), ("short", short_requests)):
+                for name, result in measure(urls, 100 * round_, args).items():
+                    samples[kind][name].append(result)
         print(f"round {round_ + 1} sessions done", flush=True)
-        for name in order:
+        for name in order:  # one server at a time
             with serve(setup, name) as url:
-                for kind, measure in PER_SERVER.items():
-                    samples[kind][name].append(measure(url, 100 * round_ + len(name), args))
-                    print(f"round {round_ + 1} {name} {kind} done", flush=True)
+                samples["streams"][name].append(concurrent_streams(url, 100 * round_ + len(name), args))
+            print(f"round {round_ + 1} {name} streams done", flush=True)
         if not args.peers_only:
             samples["revisits"].append(revisits(setup, args, round_ + 1))
             samples["restart"].append(restart(setup, args, round_ + 1))
@@ -228,11 +227,11 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
     def per_round(kind: str, name: str, key: str) -> list[float]:
         return [r[key] for r in samples[kind][name]]
 
-    def later_turns(peer: str) -> dict | None:
-        """llmflow's TTFT over the peer's, each later turn of a round timed on both at one moment."""
-        rounds = zip(samples["sessions"]["llmflow"], samples["sessions"][peer], strict=True)
-        turns = [(a, b) for x, y in rounds for a, b in zip(x["turns"][1:], y["turns"][1:], strict=True)]
-        return spread(a["ttft_s"] / b["ttft_s"] for a, b in turns if a["ttft_s"] and b["ttft_s"])
+    def one_by_one(peer: str, kind: str, key: str) -> dict | None:
+        """llmflow's TTFT over the peer's, each pair (a later turn, a short request) timed at one moment."""
+        rounds = zip(samples[kind]["llmflow"], samples[kind][peer], strict=True)
+        pairs = [pair for x, y in rounds for pair in zip(x[key], y[key], strict=True)]
+        return spread(a / b for a, b in pairs if a and b)
 
     summary: dict[str, Any] = {
         "servers": {name: {figure: spread(per_round(kind, name, key)) for figure, _, kind, key in FIGURES}
@@ -240,7 +239,9 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
         "llmflow_over": {peer: {**{ratio: paired_ratios(per_round(kind, "llmflow", key),
                                                         per_round(kind, peer, key))
                                    for _, ratio, kind, key in FIGURES},
-                                "ttft_later_turns": later_turns(peer)} for peer in servers[1:]},
+                                "ttft_later_turns": one_by_one(peer, "sessions", "later_ttft_s"),
+                                "short_requests": one_by_one(peer, "short", "ttft_s")}
+                        for peer in servers[1:]},
     }  # fmt: skip
     revisit = samples["revisits"]
     if not revisit:
@@ -254,8 +255,10 @@ def summarize(samples: dict[str, Any], servers: list[str]) -> dict[str, Any]:
                            "budget_bytes": revisit[0]["budget_bytes"]}  # fmt: skip
     restarts = samples["restart"]
     cold_over = spread(r["cold_ttft_s"] / r["after_restart_ttft_s"] for r in restarts)
-    shares = spread(r["cached_share"] for r in restarts)
-    summary["restart"] = {"cold_over_after_restart": cold_over, "cached_share": shares}
+    summary["restart"] = {
+        "cold_over_after_restart": cold_over,
+        "cached_share": spread(r["cached_share"] for r in restarts),
+    }
     summary["greedy_identity"] = samples["greedy_identity"]
     return summary
 

@@ -33,10 +33,11 @@ def med(s: dict | None, digits: int = 1, scale: float = 1.0) -> str:
     """A spread as `median (min-max)`; one value: just the value."""
     if not s:
         return "-"
-    median = num(s["median"], digits, scale)
     if s.get("n", 1) == 1 or s["min"] == s["max"]:
-        return median
-    return f"{median} ({num(s['min'], digits, scale)}-{num(s['max'], digits, scale)})"
+        return num(s["median"], digits, scale)
+    return (
+        f"{num(s['median'], digits, scale)} ({num(s['min'], digits, scale)}-{num(s['max'], digits, scale)})"
+    )
 
 
 def target(value: float | None, goal: float) -> str:
@@ -198,8 +199,7 @@ def lora(d: Result) -> str:
 
 
 def peers(d: Result) -> str:
-    """Every server at every workload; beside each peer, llmflow's output tok/s and TTFT p50 over
-    its (medians)."""
+    """Every server at every workload; beside each peer, llmflow's tok/s and TTFT p50 over its (medians)."""
     s, c = d["summary"], d["config"]
 
     def over(ours: Result, it: Result, key: str) -> str:
@@ -234,11 +234,17 @@ def sessions(d: Result) -> str:
              med(r["streams_chunks_per_s"], 1)] for name, r in s["servers"].items()]  # fmt: skip
     rows += [[f"llmflow / {peer}", med(r["ttft_turn1"], 2), med(r["ttft_later"], 2), med(r["short_ttft"], 2),
               med(r["streams"], 2)] for peer, r in s["llmflow_over"].items()]  # fmt: skip
-    turns = {peer: r["ttft_later_turns"] for peer, r in s["llmflow_over"].items()
-             if r.get("ttft_later_turns")}  # fmt: skip
-    together = " (the sessions: every server up at once, each turn sent to one after another)" * bool(turns)
-    if c.get("pause_ms"):
-        together = together[:-1] + f", {c['pause_ms']} ms apart)"
+
+    def one_by_one(key: str, unit: str) -> str:
+        return "; ".join(f"llmflow / {p} {med(r[key], 2)} over {r[key]['n']} {unit}"
+                         for p, r in s["llmflow_over"].items() if r.get(key))  # fmt: skip
+
+    turns, requests = one_by_one("ttft_later_turns", "turns"), one_by_one("short_requests", "requests")
+    alike = "the sessions and the short requests" if requests else "the sessions"
+    apart = f", {c['pause_ms']} ms apart" if c.get("pause_ms") else ""
+    together = f" ({alike}: every server up at once, each turn sent to one after another{apart})" * bool(
+        turns
+    )
     text = (
         f"{c['model']}, {plural(c['threads'], 'thread')} and {c['parallel']} sequences for every server, "
         f"greedy. A session: a system prompt of {c['system_words']} words, {c['turns']} turns of "
@@ -249,8 +255,8 @@ def sessions(d: Result) -> str:
         "chunks/s (a chunk is about a token).\n\n" + table(header, rows)
     )
     if turns:
-        ratios = "; ".join(f"llmflow / {peer} {med(r, 2)} over {r['n']} turns" for peer, r in turns.items())
-        text += f"\nThe later turns' TTFT, turn by turn: {ratios}.\n"
+        text += f"\nThe later turns' TTFT, turn by turn: {turns}."
+        text += f" A short request's TTFT, request by request: {requests}.\n" if requests else "\n"
     if "revisits" not in s:  # a run of the servers only (`--peers-only`)
         return text
     rv, rs, gi = s["revisits"], s["restart"], s["greedy_identity"]

@@ -4,31 +4,22 @@
 #
 #   run_h200.sh build  SRC WORK          # llama-cpp-python + llama.cpp tools with CUDA (~4 min)
 #   run_h200.sh models SRC TOKENIZER WORK # random Llama-3-8B shape: f16 + Q4_K_M; SmolLM2 shape: Q4_1
-#                                        # (the f16 files need no build: they are made first, the
-#                                        # quantized ones once llama-quantize is there)
-#   run_h200.sh prepare SRC TOKENIZER WHEELS WORK  # build + wheels, the models made beside the build
-#                                        # in the background (WORK/models.log); returns when they
-#                                        # are done or when WAIT_UNTIL_S (default 480) s have passed
-#   run_h200.sh measure SRC TOKENIZER WORK OUT  # after prepare, into OUT, the models awaited (made
-#                                        # here if no one makes them; at most MODELS_WAIT_S, default
-#                                        # 330 s): serving64.json, llmflow serve and the in-process
-#                                        # engine at 64 streams against llama-server, Q4_K_M, rounds
-#                                        # begun within BUDGET_S (default 200) s; COMMIT: the commit
-#                                        # to record when the checkout has no .git
-#   run_h200.sh conformance WORK LOGDIR  # tests/conformance on the GPU, the SmolLM2 shape standing in
-#                                        # for the embedded model
-#   run_h200.sh wheels WHEELS WORK       # llmflow serve's own dependencies (server_wheels.sh) into
-#                                        # WORK/site, beside the build
+#                                        # (f16 first; the quantized ones once llama-quantize is built)
+#   run_h200.sh prepare SRC TOKENIZER WHEELS WORK  # build + wheels, the models made beside them
+#                                        # (WORK/models.log); returns when they are done or at WAIT_UNTIL_S (480)
+#   run_h200.sh measure SRC TOKENIZER WORK OUT  # after prepare: OUT/serving64.json, llmflow serve and
+#                                        # the in-process engine at 64 streams against llama-server, Q4_K_M,
+#                                        # rounds begun within BUDGET_S (200) s, the models awaited at most
+#                                        # MODELS_WAIT_S (330) s; COMMIT: the commit when there is no .git
+#   run_h200.sh conformance WORK LOGDIR  # tests/conformance on the GPU, the SmolLM2 shape as the model
+#   run_h200.sh wheels WHEELS WORK       # llmflow serve's dependencies (server_wheels.sh) into WORK/site
 #   run_h200.sh bench WORK OUT.json [ARGS...]  # benchmarks/gpu/bench_llama_cpp_gpu.py
-#   run_h200.sh sessions WORK OUT.json [ARGS...]  # benchmarks/bench_sessions.py --peers-only on the
-#                                        # 8B shape's Q4_K_M against llama-server
-#   run_h200.sh speculation WORK OUT.json [ARGS...]  # benchmarks/bench_speculation_servers.py on the
-#                                        # 8B shape's Q4_K_M against llama-server's n-gram speculation
+#   run_h200.sh sessions WORK OUT.json [ARGS...]  # bench_sessions.py --peers-only, 8B Q4_K_M
+#   run_h200.sh speculation WORK OUT.json [ARGS...]  # bench_speculation_servers.py, 8B Q4_K_M
 #   run_h200.sh vision SRC TOKENIZER WORK  # after build: make_vision_model.py --shape smolvlm-256m
 #                                        # into WORK/vision-256m, the text model in Q8_0 (~1 min)
-#   run_h200.sh images WORK OUT.json VISION [ARGS...]  # benchmarks/bench_images.py against llama-server
-#                                        # --mmproj, every layer on the GPU; VISION: a folder with
-#                                        # one text model GGUF and its mmproj-*.gguf (WORK/vision-256m)
+#   run_h200.sh images WORK OUT.json VISION [ARGS...]  # bench_images.py against llama-server --mmproj,
+#                                        # all on the GPU; VISION: a text GGUF and its mmproj-*.gguf
 #   run_h200.sh engines WHEELS WORK LOGDIR  # the transformers and ExLlamaV2 engines' GPU tests (their
 #                                        # conformance, structured output, logprobs); needs no build
 #
