@@ -1,5 +1,5 @@
-"""Several answers to one prompt (OpenAI's `n`), streamed as one sequence of chunks that say
-which answer they belong to.
+"""Several answers to one prompt (OpenAI's `n`): each choice's seed, and the reading of the
+choices' streams as one (`llmflow.generation` makes the streams and their events).
 
 The engine gives one token iterator per choice (`Engine.generate_group`: a batching engine
 computes the prompt once and shares its KV cache); each runs through the streaming core on its
@@ -13,29 +13,15 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
 
 from llmflow.params import SamplingParams
-from llmflow.types import CancelToken, Chunk, PromptReuse
-
-if TYPE_CHECKING:
-    from llmflow.llm import LLM, PreparedRequest
+from llmflow.types import CancelToken
 
 T = TypeVar("T")
 
 SEED_SPACE = 2**32
-
-
-@dataclass(frozen=True, slots=True)
-class ChoiceChunk:
-    """A chunk of choice `index`. A choice's final chunk has its finish reason and, for the
-    last choice to end, `usage` of all of them (the prompt once, every choice's tokens). With a
-    `split` (see `stream_choices`), `chunk` may also be one of its items (a function call piece)."""
-
-    index: int
-    chunk: Chunk | Any
 
 
 def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
@@ -43,71 +29,6 @@ def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
     if params.seed is None:
         return [params] * n
     return [params.model_copy(update={"seed": (params.seed + i) % SEED_SPACE}) for i in range(n)]
-
-
-def stream_choices(
-    llm: LLM,
-    request: PreparedRequest,
-    n: int,
-    cancel: CancelToken,
-    split: Callable[[Iterator[Chunk]], Iterator[Any]] | None = None,
-) -> Iterator[ChoiceChunk]:
-    """Every choice's chunks; the very last one carries the usage of all. `split`: applied to
-    each choice's chunks on its own (function calls split from its text); its items pass through,
-    its final chunk is the choice's."""
-    params = choice_params(request.params, n)
-    reuse = PromptReuse()
-    with llm.exclusive():
-        # each choice its own constraint state: a sampled token advances only its choice's matcher
-        streams = llm.engine.generate_group(
-            request.prompt_ids,
-            params,
-            cancel,
-            llm.matchers(request, n),
-            reuse,
-            next_turn_opening=request.next_turn_opening,
-        )
-        chunks = [
-            llm.chunks_of(tokens, request, cancel, p, reuse)
-            for tokens, p in zip(streams, params, strict=True)
-        ]
-        if split is not None:
-            chunks = [split(stream) for stream in chunks]
-        labelled = [_labelled(i, stream) for i, stream in enumerate(chunks)]
-        merged = merged_streams(labelled, cancel, concurrently=llm.engine.concurrent, sources=streams)
-        try:
-            yield from _with_total_usage(merged, n)
-        finally:
-            merged.close()
-            for stream in chunks:
-                stream.close()  # type: ignore[attr-defined]
-
-
-def _with_total_usage(merged: Iterator[ChoiceChunk], n: int) -> Iterator[ChoiceChunk]:
-    completion_tokens = 0
-    ended = 0
-    for item in merged:
-        final = item.chunk
-        if not isinstance(final, Chunk) or final.usage is None:
-            yield item
-            continue
-        ended += 1
-        completion_tokens += final.usage.completion_tokens
-        usage = None
-        if ended == n:
-            # the choices share one engine report: the last to end read all of its counts
-            usage = replace(final.usage, completion_tokens=completion_tokens)
-        yield ChoiceChunk(item.index, Chunk("", final.finish_reason, usage))
-
-
-def _labelled(index: int, chunks: Iterator[Any]) -> Iterator[ChoiceChunk]:
-    try:
-        for chunk in chunks:
-            yield ChoiceChunk(index, chunk)
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
 
 
 def merged_streams(

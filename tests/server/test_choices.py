@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 
-from llmflow.choices import stream_choices
+from llmflow.generation import Final, GenerationRequest
 from llmflow.types import CancelToken
 
 HELLO = [{"role": "user", "content": "Tell me a short story about a cat."}]
@@ -95,23 +95,23 @@ def test_batched_engine_computes_the_prompt_once(default_served):
     prompt = "Shared prompt. " * 40
     request = llm.prepare(prompt, {"max_tokens": 4, "temperature": 0.8, "seed": 1}, raw=True)
     before = llm.engine.stats().tokens_decoded_total
-    chunks = list(stream_choices(llm, request, 4, CancelToken()))
+    events = list(llm.start(GenerationRequest(request, n=4), CancelToken()))
     decoded = llm.engine.stats().tokens_decoded_total - before
 
-    final = chunks[-1].chunk
-    assert final.usage is not None and final.usage.prompt_tokens == len(request.prompt_ids)
-    generated = final.usage.completion_tokens
+    usage = events[-1].record.usage
+    assert usage is not None and usage.prompt_tokens == len(request.prompt_ids)
+    generated = usage.completion_tokens
     # once the prompt, then each other choice its last prompt token, then the generated tokens fed
     # back: far below 4 prompts (a cached prefix of an earlier request may make it less still)
     assert decoded <= len(request.prompt_ids) + 3 + generated
-    assert {c.index for c in chunks} == {0, 1, 2, 3}
+    assert {e.choice for e in events if not isinstance(e, Final)} == {0, 1, 2, 3}
 
 
 def test_closing_a_choices_stream_stops_every_choice(default_served):
     llm = default_served.llm
     request = llm.prepare("Count to a thousand.", {"max_tokens": 500, "temperature": 0.8}, raw=True)
     cancel = CancelToken()
-    stream = stream_choices(llm, request, 3, cancel)
+    stream = llm.start(GenerationRequest(request, n=3), cancel)
     next(stream)
     stream.close()
     assert cancel.cancelled

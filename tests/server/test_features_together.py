@@ -11,8 +11,8 @@ from collections import defaultdict
 
 import jsonschema
 
-from llmflow.choices import stream_choices
 from llmflow.constraints import Constraint
+from llmflow.generation import GenerationRequest
 from llmflow.types import CancelToken
 
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -87,9 +87,8 @@ def test_group_matchers_advance_apart(served_llm):
         "Pick a colour:", {"max_tokens": 6, "temperature": 1.5, "seed": 5}, raw=True,
         constraint=Constraint.choice(COLOURS),
     )  # fmt: skip
-    texts: dict[int, str] = defaultdict(str)
-    for item in stream_choices(llm, request, 5, CancelToken()):
-        texts[item.index] += item.chunk.text
+    *_, final = llm.start(GenerationRequest(request, n=5), CancelToken())
+    texts = {choice.index: choice.text for choice in final.record.choices}
     assert sorted(texts) == [0, 1, 2, 3, 4]
     assert all(text in COLOURS for text in texts.values()), texts
 
