@@ -16,12 +16,11 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
+from llmflow.engines.base import SEED_SPACE
 from llmflow.params import SamplingParams
 from llmflow.types import CancelToken
 
 T = TypeVar("T")
-
-SEED_SPACE = 2**32
 
 
 def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:

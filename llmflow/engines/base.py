@@ -37,6 +37,11 @@ OptionsT = TypeVar("OptionsT", bound="EngineOptions")
 SEED_SPACE = 2**32
 
 
+#: how long an engine stays idle before it computes a next-turn opening: a client that sends its
+#: next request at once (a script, an agent's next call) finds it free, not in that pass
+OPENING_WAIT_S = 0.1
+
+
 class EngineOptions(BaseModel):
     """Load-time options of one engine."""
 
@@ -69,7 +74,8 @@ class TokenRequest:
     #: where the engine says how many prompt tokens it reused (None: nobody asks)
     reuse: PromptReuse | None = None
     #: the tokens the conversation's next prompt puts after the answer (the chat template's turn
-    #: boundary): an engine that keeps the conversation may compute them once it is idle
+    #: boundary): an engine that keeps the conversation may compute them once it has been
+    #: idle for `OPENING_WAIT_S`
     next_turn_opening: Sequence[int] = ()
 
 

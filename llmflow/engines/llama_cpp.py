@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -19,6 +20,7 @@ from llmflow.constraints.vocabulary import TokenVocabulary
 from llmflow.engines.base import Engine, EngineOptions, TokenRequest
 from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.fragments import FragmentTokenizer
+from llmflow.engines.idle import IdleWork
 from llmflow.engines.llama_cpp_draft import DraftModel
 from llmflow.engines.llama_cpp_embed import LazyEmbedder, lazy_embedder
 from llmflow.engines.llama_cpp_loop import RANDOM_SEED, ContextSteps, free_sampler, generate, sampler_chain
@@ -36,7 +38,7 @@ from llmflow.engines.speculation import (
     Speculation,
     SpeculationCounts,
 )
-from llmflow.errors import EngineUnavailable, InvalidParams, ModelNotFound
+from llmflow.errors import EngineFailed, EngineUnavailable, InvalidParams, ModelNotFound
 from llmflow.media.prompt import media_images, whole_images
 from llmflow.model_files import model_name_of
 from llmflow.streaming.detokenizer import ByteDetokenizer, Detokenizer
@@ -52,6 +54,9 @@ ALL_LAYERS = 0x7FFFFFFF
 #: a saved state is restored when it holds at least this many more of a prompt's tokens than
 #: the context does (fewer are cheaper to compute than to copy in)
 RESTORE_MARGIN = 32
+
+
+log = logging.getLogger(__name__)
 
 
 def usable_cores() -> int:
@@ -105,6 +110,12 @@ class LlamaCppOptions(EngineOptions):
         "same splits as a cold request (llama_cpp_batched): the same request then always gives "
         "the same numbers, where reuse may change a greedy answer on builds whose kernels depend "
         "on the batch's size",
+    )
+    next_turn_opening: bool = Field(
+        True,
+        description="once idle for 0.1 s after a chat answer, compute its last token and the chat "
+        "template's turn boundary in its sequence (a few tokens), so that the conversation's next "
+        "turn computes only its new message; a request that comes meanwhile waits for that one pass",
     )
     prompt_cache_ram_mib: int = Field(
         1024,
@@ -310,6 +321,9 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
         #: what a pass of several tokens costs on this engine, learned from its passes
         self._pass_cost = PassCost()
         self._draft_model = draft
+        #: the last answer's next-turn opening, computed once idle
+        self._idle = IdleWork()
+        self.next_turn_tokens_total = 0
 
     @property
     def llama(self) -> Any:
@@ -346,9 +360,11 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
         self._adapters.check(name)
 
     def load_adapter(self, name: str, path: str) -> None:
+        self._idle.settle()  # no pass runs while the model's adapters change
         self._adapters.load(name, path)
 
     def unload_adapter(self, name: str) -> None:
+        self._idle.settle()
         self._adapters.unload(name)
 
     @property
@@ -362,6 +378,7 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
     def tokens(self, request: TokenRequest) -> Iterator[int]:
         import llama_cpp
 
+        self._idle.settle()  # a next-turn opening being computed ends first (a few tokens)
         llama = self._llama
         adapter = adapter_key(request.params.lora, request.params.lora_scale)
         if adapter != self._applied:  # the kept tokens were computed with another adapter
@@ -381,16 +398,55 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
                 request.reuse.cached_tokens = kept
         speculation = self._speculation if request.params.speculative else None
         sampler = sampler_chain(llama_cpp, self.n_vocab, request.params)
+        answer: list[int] = []
         try:
             # a draft model reads text alone: a prompt with images is drafted by prompt lookup
             text_only = not media_images(request.prompt_ids)
             drafter = self._draft_model.session if self._draft_model is not None and text_only else None
-            yield from generate(
+            for token in generate(
                 self._steps, request, sampler, speculation, self._speculation_counts, drafter, self._pass_cost
-            )
+            ):
+                answer.append(token)
+                yield token
         finally:
             free_sampler(llama_cpp, sampler)
             release_thread_team()  # see `llmflow.engines.openmp`: callers' threads vary
+            self._note_opening(request, answer, adapter)
+
+    def _note_opening(self, request: TokenRequest, answer: list[int], adapter: AdapterKey) -> None:
+        """After an answer that ended by itself (an end-of-generation token or its limit; not a
+        stop string, not a cancel, not with an adapter), its next-turn opening once idle: the
+        answer's tokens the context does not hold (the last one sampled; an end-of-generation
+        token left out, as the next prompt spells the end with the template's boundary), then
+        the template's opening."""
+        opening = request.next_turn_opening
+        if not (opening and answer and self.options.prompt_cache and self.options.next_turn_opening):
+            return
+        ended = answer[-1] in self.eos_token_ids or len(answer) >= request.limit
+        if not ended or adapter is not None or request.cancel.cancelled:
+            return
+        written = [*request.prompt_ids, *answer]
+        if written[-1] in self.eos_token_ids:
+            written.pop()
+        llama = self._llama
+        kept = common_prefix(llama.input_ids[: llama.n_tokens].tolist(), written)
+        tokens = written[kept:] + list(opening)
+        if kept + len(tokens) <= self.n_ctx:
+            self._idle.schedule(partial(self._open_next_turn, kept, tokens))
+
+    def _open_next_turn(self, kept: int, tokens: list[int]) -> None:
+        """Compute the opening after the `kept` tokens the answer left in the context (in the
+        idle work's thread; whatever of it the next prompt does not match is dropped then)."""
+        try:
+            self._steps.rewind(kept)  # cells past it: a rejected draft
+            self._steps.feed(tokens, rows=0)
+        except EngineFailed as exc:
+            log.warning("computing a next-turn opening failed: %s", exc)
+            self._steps.rewind(kept)
+            return
+        finally:
+            release_thread_team()
+        self.next_turn_tokens_total += len(tokens)
 
     def _keep_own_prefix(self, prompt: Sequence[int]) -> int:
         """Keep the longest prefix of `prompt` that the context holds, never all of it."""
@@ -459,6 +515,7 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
 
     def persist(self) -> None:
         """Called with no generation running (callers serialise generations)."""
+        self._idle.settle()
         cache = self._prompt_cache
         if cache is not None and cache.persistent and self._applied is None:
             self._spill(self._llama.input_ids[: self._llama.n_tokens].tolist())
@@ -475,6 +532,7 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
         return used
 
     def close(self) -> None:
+        self._idle.settle()
         if self._prompt_cache is not None:
             self.persist()  # with a disk tier, the conversation outlives the process
             self._prompt_cache.close()

@@ -91,12 +91,6 @@ class LlamaCppBatchedOptions(LlamaCppOptions):
         "tokens is one micro-batch, but attention reads the whole pool (on an H200, llama.cpp's "
         "own decode at 64 sequences measured 19% slower so); off, each sequence has its own stream",
     )
-    next_turn_opening: bool = Field(
-        True,
-        description="once idle for 0.1 s after a chat answer, compute its last token and the chat "
-        "template's turn boundary in its sequence (a few tokens), so that the conversation's next "
-        "turn computes only its new message; a request that comes meanwhile waits for that one pass",
-    )
     one_pass: bool | None = Field(
         None,
         description="one llama_decode per step for the decoding tokens and the prompt chunks "

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from llmflow.constraints.matcher import TokenMatcher
-from llmflow.engines.base import TokenRequest
+from llmflow.engines.base import OPENING_WAIT_S, TokenRequest
 from llmflow.engines.handoff import Mailbox, wake
 from llmflow.engines.lora import AdapterKey, adapter_key
 from llmflow.engines.prompt_cache import PromptCache, State, common_prefix
@@ -35,9 +35,6 @@ log = logging.getLogger(__name__)
 
 #: the longest the scheduler sleeps while every running request waits for an image's encoding
 ENCODING_WAIT_S = 0.05
-#: how long the scheduler stays idle before it computes a next-turn opening: a client that sends
-#: its next request at once (a script, an agent's next call) finds it free, not in that pass
-OPENING_WAIT_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,7 +144,10 @@ def test_api_key_guards_every_route_but_health_and_ping(start_server, model_name
 
 
 def test_timeout_mid_stream_is_an_error_event_then_done(start_server, model_name):
-    counting = {"model": model_name, "prompt": "1, 2, 3, 4, 5,", "max_tokens": 2000, "temperature": 0}
+    # a schema no answer can meet within the time limit: the grammar forbids ending early on any build
+    endless = {"name": "numbers", "schema": {"type": "array", "items": {"type": "integer"}, "minItems": 1000}}
+    counting = {"model": model_name, "prompt": "1, 2, 3, 4, 5,", "max_tokens": 2000, "temperature": 0,
+                "response_format": {"type": "json_schema", "json_schema": endless}}  # fmt: skip
     with (
         start_server(request_timeout_s=3.0) as server,
         httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http,
