@@ -1,8 +1,8 @@
 """Multi-turn sessions against the peers, and the conversation cache's tiers.
 
-On the same GGUF, threads and sequences: `sessions` (a long system prompt, several turns, each
-answer appended) and `short` (a short request alone), every server up at once, each turn and request
-sent to one server after another; then, servers alternated, `streams` (concurrent streams); llmflow
+On the same GGUF, threads and sequences: `short` (a short request alone) and `sessions` (a long
+system prompt, several turns, each answer appended), every server just started and up at once, each
+request and turn sent to one server after another; then, servers alternated, `streams`; llmflow
 alone: `revisits` (more sessions than sequences, round robin, on the host tier) and `restart` (the
 next turn after a restart on the same `--prompt-cache-dir`).
 """
@@ -196,7 +196,7 @@ def main() -> None:
         order = rotated(servers, round_)
         with ExitStack() as up:
             urls = {name: up.enter_context(serve(setup, name)) for name in order}
-            for kind, measure in (("sessions", sessions), ("short", short_requests)):
+            for kind, measure in (("short", short_requests), ("sessions", sessions)):
                 for name, result in measure(urls, 100 * round_, args).items():
                     samples[kind][name].append(result)
         print(f"round {round_ + 1} sessions done", flush=True)

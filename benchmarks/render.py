@@ -240,11 +240,10 @@ def sessions(d: Result) -> str:
                          for p, r in s["llmflow_over"].items() if r.get(key))  # fmt: skip
 
     turns, requests = one_by_one("ttft_later_turns", "turns"), one_by_one("short_requests", "requests")
-    alike = "the sessions and the short requests" if requests else "the sessions"
+    alike = "the short requests, then the sessions" if requests else "the sessions"
     apart = f", {c['pause_ms']} ms apart" if c.get("pause_ms") else ""
-    together = f" ({alike}: every server up at once, each turn sent to one after another{apart})" * bool(
-        turns
-    )
+    together = f" ({alike}: every server up at once, each request sent to one after another{apart})"
+    together *= bool(turns)
     text = (
         f"{c['model']}, {plural(c['threads'], 'thread')} and {c['parallel']} sequences for every server, "
         f"greedy. A session: a system prompt of {c['system_words']} words, {c['turns']} turns of "
