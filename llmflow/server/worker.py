@@ -169,13 +169,15 @@ class PushedStream(_Relayed[T]):
         # the items go straight into the reader's queue: the greenlets run on the loop's thread
         put = self._queue.put_nowait
         greenlets = [LoopGreenlet(partial(self._relay, make, put), loop) for make in makers]
-        drives = [loop.create_task(self._drive(greenlet)) for greenlet in greenlets]
+        # each runs at once until it first waits: its request reaches the engine before the
+        # response sends a byte (a first token computed while the headers go out)
+        drives = [loop.create_task(self._drive(greenlet, greenlet.switch())) for greenlet in greenlets]
         self.done: asyncio.Future[Any] = drives[0] if len(drives) == 1 else asyncio.gather(*drives)
 
     @staticmethod
-    async def _drive(greenlet: LoopGreenlet) -> None:
-        """Switch into an iterator's greenlet until it has finished, awaiting what it waits for."""
-        waiting = greenlet.switch()
+    async def _drive(greenlet: LoopGreenlet, waiting: Any) -> None:
+        """Switch into an iterator's greenlet until it has finished, awaiting what it waits for
+        (`waiting`: what its first run waits for; None once it has finished)."""
         while waiting is not None:
             await waiting
             waiting = greenlet.switch()

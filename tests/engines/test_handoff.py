@@ -174,3 +174,21 @@ def test_a_failed_pass_reaches_the_reader_on_the_loop():
         asyncio.run(main())
     finally:
         scheduler.close()
+
+
+def test_a_stream_on_a_loop_hands_its_request_to_the_engine_as_it_is_made():
+    """The generation runs until it first waits while the stream is made: the request reaches
+    the engine before the server sends a byte of the response (nothing awaited in between)."""
+    _, scheduler = make(parallel=2, delay_s=0.002)
+    try:
+
+        async def main() -> list[int]:
+            cancel = CancelToken()
+            stream = PushedStream(lambda: submit(scheduler, prompt(3), params(8), cancel), cancel)
+            stats = scheduler.stats()
+            assert stats.running + stats.waiting == 1
+            return await read_all(stream)
+
+        assert asyncio.run(main()) == alone(prompt(3), 8)
+    finally:
+        scheduler.close()
