@@ -25,11 +25,14 @@ def threads_in_generation_code() -> set[str]:
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     found = set()
     for ident, frame in sys._current_frames().items():
-        while frame is not None:
-            if frame.f_code.co_filename == GENERATION_FILE:
-                found.add(names.get(ident, str(ident)))
-                break
-            frame = frame.f_back
+        try:
+            while frame is not None:
+                if frame.f_code.co_filename == GENERATION_FILE:
+                    found.add(names.get(ident, str(ident)))
+                    break
+                frame = frame.f_back
+        except AttributeError:  # a frame of a running thread torn down while it was read: look again
+            continue
     return found
 
 
