@@ -15,7 +15,7 @@ template as text (`TemplateText`), never a renderer.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
@@ -77,6 +77,18 @@ class TokenRequest:
     #: boundary): an engine that keeps the conversation may compute them once it has been
     #: idle for `OPENING_WAIT_S`
     next_turn_opening: Sequence[int] = ()
+
+
+def next_turn_tokens(
+    uncomputed: Sequence[int], eos_token_ids: Collection[int], opening: Sequence[int]
+) -> list[int]:
+    """What an engine computes while idle for a conversation's next turn: the answer's tokens
+    its context does not hold yet (an end-of-generation token left out, as the next prompt spells
+    the end of the answer with the template's boundary), then the template's opening."""
+    rest = list(uncomputed)
+    if rest and rest[-1] in eos_token_ids:
+        rest.pop()
+    return rest + list(opening)
 
 
 def token_request(

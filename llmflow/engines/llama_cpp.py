@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import Field, ValidationInfo, field_validator
 
 from llmflow.constraints.vocabulary import TokenVocabulary
-from llmflow.engines.base import Engine, EngineOptions, TokenRequest
+from llmflow.engines.base import Engine, EngineOptions, TokenRequest, next_turn_tokens
 from llmflow.engines.buffer_types import decide_extra_buffers
 from llmflow.engines.fragments import FragmentTokenizer
 from llmflow.engines.idle import IdleWork
@@ -415,10 +415,8 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
 
     def _note_opening(self, request: TokenRequest, answer: list[int], adapter: AdapterKey) -> None:
         """After an answer that ended by itself (an end-of-generation token or its limit; not a
-        stop string, not a cancel, not with an adapter), its next-turn opening once idle: the
-        answer's tokens the context does not hold (the last one sampled; an end-of-generation
-        token left out, as the next prompt spells the end with the template's boundary), then
-        the template's opening."""
+        stop string, not a cancel, not with an adapter), its next-turn opening once idle
+        (`next_turn_tokens`: after what the context holds, the last token sampled at least)."""
         opening = request.next_turn_opening
         if not (opening and answer and self.options.prompt_cache and self.options.next_turn_opening):
             return
@@ -426,11 +424,9 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
         if not ended or adapter is not None or request.cancel.cancelled:
             return
         written = [*request.prompt_ids, *answer]
-        if written[-1] in self.eos_token_ids:
-            written.pop()
         llama = self._llama
         kept = common_prefix(llama.input_ids[: llama.n_tokens].tolist(), written)
-        tokens = written[kept:] + list(opening)
+        tokens = next_turn_tokens(written[kept:], self.eos_token_ids, opening)
         if kept + len(tokens) <= self.n_ctx:
             self._idle.schedule(partial(self._open_next_turn, kept, tokens))
 

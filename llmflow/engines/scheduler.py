@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from llmflow.constraints.matcher import TokenMatcher
-from llmflow.engines.base import OPENING_WAIT_S, TokenRequest
+from llmflow.engines.base import OPENING_WAIT_S, TokenRequest, next_turn_tokens
 from llmflow.engines.handoff import Mailbox, wake
 from llmflow.engines.lora import AdapterKey, adapter_key
 from llmflow.engines.prompt_cache import PromptCache, State, common_prefix
@@ -833,11 +833,9 @@ class BatchScheduler:
         tokens not computed yet (the last one sampled; an end-of-generation token left out, as
         the next prompt spells the end of the answer with the template's boundary), then the
         template's next-turn opening."""
-        rest = request.tokens[request.fed :]
-        if rest and rest[-1] in self._eos:
-            rest.pop()
+        tokens = next_turn_tokens(request.tokens[request.fed :], self._eos, request.next_turn_opening)
         self._openings.pop(seq, None)  # re-inserted: the most recent answer last
-        self._openings[seq] = (self._cached[seq], rest + list(request.next_turn_opening))
+        self._openings[seq] = (self._cached[seq], tokens)
 
     def _open_next_turn(self) -> None:
         """Compute the most recent answer's next-turn opening in its sequence (nothing runs or
