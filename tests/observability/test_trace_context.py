@@ -16,23 +16,32 @@ import mlflow
 import pytest
 
 from llmflow.observability.propagation import CallerTrace
-from tests.observability.conftest import all_trace_count, only_span
+from tests.observability.conftest import TRACE_WAIT_S, all_trace_count, only_span
 from tests.server.conftest import TIMEOUT_S, running, wait_until_idle
 
 BODY = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}
 
-#: a client process: one span, inside it a chat request carrying the span's context; prints the
+#: a client process: one span, inside it a chat request carrying the span's context; the span ends
+#: once the server's span is in the store, so that the two processes write the trace one after the
+#: other, in one order on every machine (a failure says which side's span is missing); prints the
 #: trace id and the span id
 CLIENT = textwrap.dedent(
     """
-    import sys, json, httpx, mlflow
+    import os, sys, json, time, httpx, mlflow
     from mlflow.tracing import get_tracing_context_headers_for_http_request
 
-    url, body = sys.argv[1], json.loads(sys.argv[2])
+    url, body, wait_s = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
     with mlflow.start_span("client.call") as span:
         headers = get_tracing_context_headers_for_http_request()
         answer = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=300)
         answer.raise_for_status()
+        deadline = time.monotonic() + wait_s
+        client, experiment = mlflow.MlflowClient(), os.environ["MLFLOW_EXPERIMENT_ID"]
+        while span.trace_id not in {
+            t.info.trace_id for t in client.search_traces(locations=[experiment], include_spans=False)
+        }:
+            assert time.monotonic() < deadline, "the server's span never reached the store"
+            time.sleep(0.1)
     mlflow.flush_trace_async_logging()
     print(span.trace_id, span.span_id)
     """
@@ -52,13 +61,13 @@ def _client_process(url: str, body: dict) -> tuple[str, str]:
     env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
 
     done = subprocess.run(
-        [sys.executable, "-c", CLIENT, url, json.dumps(body)],
+        [sys.executable, "-c", CLIENT, url, json.dumps(body), str(TRACE_WAIT_S)],
         env=env,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
-        check=True,
     )
+    assert done.returncode == 0, done.stderr[-3000:]
     trace_id, span_id = done.stdout.split()[-2:]
     return trace_id, span_id
 
@@ -66,13 +75,13 @@ def _client_process(url: str, body: dict) -> tuple[str, str]:
 def _trace(trace_id: str, spans: int) -> mlflow.entities.Trace:
     """The trace once it holds `spans` spans (the server's are logged as they end)."""
 
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + TRACE_WAIT_S
     while True:
         mlflow.flush_trace_async_logging()
-        trace = mlflow.get_trace(trace_id)
+        trace = mlflow.get_trace(trace_id, silent=True)
         if trace is not None and len(trace.data.spans) >= spans:
             return trace
-        assert time.monotonic() < deadline, trace
+        assert time.monotonic() < deadline, trace and [span.name for span in trace.data.spans]
         time.sleep(0.1)
 
 
