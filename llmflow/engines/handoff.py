@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import greenlet
@@ -93,6 +94,31 @@ def wake(mailboxes: Iterable[Mailbox]) -> None:
         for loop, futures in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody is reading any more
                 loop.call_soon_threadsafe(_resolve, futures)
+
+
+#: how often `wait_taken` looks again (a sleep of this length gives the cores away)
+TAKEN_POLL_S = 0.0001
+
+
+def wait_taken(mailboxes: Sequence[Mailbox], timeout_s: float) -> None:
+    """Return once the consumers of `mailboxes` have dealt with what they were given, or after
+    `timeout_s`: each has taken it and waits again, and each event loop among them has run what
+    that made ready (the response's write of it). The scheduler thread sleeps meanwhile, so that
+    on a machine whose cores a forward pass takes, the consumers run now rather than between the
+    next pass's threads."""
+    deadline = time.perf_counter() + timeout_s
+    while any(box.items or box.waiter is None for box in mailboxes):
+        if time.perf_counter() >= deadline:
+            return
+        time.sleep(TAKEN_POLL_S)
+    loops = {box.waiter.get_loop() for box in mailboxes if isinstance(box.waiter, asyncio.Future)}
+    for loop in loops:
+        ran = threading.Event()
+        try:
+            loop.call_soon_threadsafe(ran.set)  # after the callbacks that are ready now
+        except RuntimeError:  # a closed loop
+            continue
+        ran.wait(max(0.0, deadline - time.perf_counter()))
 
 
 def _resolve(futures: list[asyncio.Future[None]]) -> None:

@@ -63,6 +63,9 @@ GPU_KV_BUDGET_BYTES = 16 << 30
 #: tokens per forward pass and per prompt chunk by default, on the CPU and on a GPU
 CPU_N_BATCH, GPU_N_BATCH = 512, 2048
 CPU_PREFILL_CHUNK, GPU_PREFILL_CHUNK = 32, 512
+#: on a CPU whose cores the forward pass takes: how long the step after a request's first token
+#: may wait for the server to send it (measured: well under a millisecond when it waits)
+FIRST_TOKEN_WAIT_S = 0.002
 
 
 class LlamaCppBatchedOptions(LlamaCppOptions):
@@ -156,6 +159,13 @@ def batch_shape(
     return BatchShape(parallel, n_batch, chunk, options.kv_unified, one_pass, on_gpu)
 
 
+def first_token_wait_s(shape: BatchShape, n_threads: int, cores: int) -> float:
+    """How long the step after requests' first tokens may wait for the server to send them: on
+    the CPU with a thread per usable core, a consumer woken by a step otherwise waits for a core
+    until the next pass ends; a GPU pass leaves the cores free."""
+    return FIRST_TOKEN_WAIT_S if not shape.on_gpu and n_threads >= cores else 0.0
+
+
 class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
     """A GGUF model that decodes up to `max_concurrency` generations in one batch per step.
 
@@ -202,6 +212,7 @@ class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
             speculation=options.speculation(),
             draft_model=draft,
             equal_drafts=not shape.kv_unified,
+            first_token_wait_s=first_token_wait_s(shape, options.n_threads, usable_cores()),
         )
 
     @classmethod

@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from llmflow.constraints.matcher import TokenMatcher
 from llmflow.engines.base import OPENING_WAIT_S, TokenRequest, next_turn_tokens
-from llmflow.engines.handoff import Mailbox, wake
+from llmflow.engines.handoff import Mailbox, wait_taken, wake
 from llmflow.engines.lora import AdapterKey, adapter_key
 from llmflow.engines.prompt_cache import PromptCache, State, common_prefix
 from llmflow.engines.speculation import Drafts, SequenceDrafter, Speculation, SpeculationCounts, Want
@@ -420,6 +420,7 @@ class BatchScheduler:
         speculation: Speculation | None = None,
         draft_model: SequenceDrafter | None = None,
         equal_drafts: bool = False,
+        first_token_wait_s: float = 0.0,
     ):
         """`one_pass`: each step is one forward pass over the decoding tokens and the prompt
         chunks together (for a GPU, where that costs about as much as the decoding tokens alone).
@@ -428,7 +429,9 @@ class BatchScheduler:
         lookup or, for text-only requests, from `draft_model` (its sequence ids are the
         scheduler's); `equal_drafts`: all of one length (a KV stream per sequence, `Drafts`).
         `next_turn_openings`: compute a whole answer's next-turn opening once idle (with
-        `reuse_tokens`; `_open_next_turn`)."""
+        `reuse_tokens`; `_open_next_turn`). `first_token_wait_s`: after a step that gave requests
+        their first token, how long the next step may wait for those tokens' consumers to take
+        them (`wait_taken`; for a forward pass that takes every core)."""
         if n_batch < max(parallel, prefill_chunk):
             raise ValueError(f"n_batch ({n_batch}) must be at least parallel and prefill_chunk")
         self.backend = backend
@@ -439,6 +442,7 @@ class BatchScheduler:
         self.one_pass = one_pass
         self.reuse_tokens = reuse_tokens
         self.next_turn_openings = next_turn_openings
+        self.first_token_wait_s = first_token_wait_s
         self.prompt_cache = prompt_cache if prompt_cache is not None and prompt_cache.enabled else None
         self._eos = frozenset(eos_token_ids)
         self._cond = threading.Condition()
@@ -450,6 +454,8 @@ class BatchScheduler:
         # owned by the scheduler thread
         #: mailboxes given something since their consumers were last woken
         self._delivered: list[Mailbox] = []
+        #: mailboxes given their request's first token in this step
+        self._first_tokens: list[Mailbox] = []
         self._running: list[Request] = []  # in admission order
         self._holder: list[Request | None] = [None] * parallel
         self._cached: list[list[int]] = [[] for _ in range(parallel)]
@@ -636,6 +642,16 @@ class BatchScheduler:
                 if item[0].seq >= 0:  # not ended by a failed pass
                     self._forward([item])
         self._deliver()
+        if self._first_tokens:
+            self._let_first_tokens_out()
+
+    def _let_first_tokens_out(self) -> None:
+        """A first token is a request's time to first token: its consumer sends it before the
+        next pass's threads take the cores (on two cores, a consumer woken into a running pass
+        waited 3-5 ms for one in two requests out of five)."""
+        boxes, self._first_tokens = self._first_tokens, []
+        if self.first_token_wait_s > 0:
+            wait_taken(boxes, self.first_token_wait_s)
 
     def _await_encodings(self) -> None:
         """Nothing to compute: every running request waits for an image's encoding. Sleep until
@@ -794,6 +810,8 @@ class BatchScheduler:
         self._generated += 1
         request.box.put(token)
         self._delivered.append(request.box)
+        if request.generated == 1:
+            self._first_tokens.append(request.box)
         if token in self._eos or request.generated >= request.limit:
             self._finish(request, whole=True)
 

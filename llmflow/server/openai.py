@@ -261,12 +261,17 @@ def _single_prompt(prompt: str | list[str]) -> str:
     return prompt[0]
 
 
+#: a prompt of text this short, with no tools or output constraint, renders and tokenizes in a
+#: fraction of a millisecond: less than the hop to a worker thread and back costs the request
+INLINE_PROMPT_CHARS = 4096
+
+
 async def prepare(
     llm: LLM, prompt: Any, params: SamplingParams, *, raw: bool, plan: ToolPlan | None = None, **options: Any
 ) -> PreparedRequest:
-    """Check the tool plan, compile the constraint, render and tokenize in a thread (a long
-    prompt, a large schema take a while), raising llmflow errors; `options` are `LLM.prepare`'s
-    (`constraint`, `tools`, `reasoning_format`, `template_vars`)."""
+    """Check the tool plan, compile the constraint, render and tokenize, raising llmflow errors;
+    in a thread (a long prompt, a large schema take a while) unless the work is small (`_small`).
+    `options` are `LLM.prepare`'s (`constraint`, `tools`, `reasoning_format`, `template_vars`)."""
 
     def prepared() -> PreparedRequest:
         if plan is not None:
@@ -274,7 +279,20 @@ async def prepare(
         return llm.prepare(prompt, params, raw=raw, **options)
 
     with valid_unicode("prompt" if raw else "messages"):
+        if _small(prompt, plan, options):
+            return prepared()
         return await asyncio.to_thread(prepared)
+
+
+def _small(prompt: str | list[Message], plan: ToolPlan | None, options: dict[str, Any]) -> bool:
+    """Text alone, at most `INLINE_PROMPT_CHARS`, nothing to compile: work for the loop itself."""
+    if options.get("constraint") is not None or options.get("tools") or (plan is not None and plan.tools):
+        return False
+    if isinstance(prompt, str):
+        return len(prompt) <= INLINE_PROMPT_CHARS
+    if any(message.parts for message in prompt):
+        return False
+    return sum(len(message.content) for message in prompt) <= INLINE_PROMPT_CHARS
 
 
 # -- answering ----------------------------------------------------------------------------------

@@ -9,10 +9,11 @@ import asyncio
 import random
 import sys
 import threading
+import time
 
 import pytest
 
-from llmflow.engines.handoff import Mailbox, wake
+from llmflow.engines.handoff import Mailbox, wait_taken, wake
 from llmflow.errors import EngineFailed
 from llmflow.server.worker import PushedStream
 from llmflow.types import CancelToken
@@ -43,6 +44,69 @@ def test_a_thread_takes_every_item_in_order_however_the_wake_ups_fall():
     reader.join(timeout=30)
     assert not reader.is_alive()
     assert taken == list(range(5000))
+
+
+def test_waiting_for_a_taken_item_ends_once_its_thread_consumer_waits_again():
+    box, taken = Mailbox(), threading.Event()
+
+    def consume() -> None:
+        time.sleep(0.05)  # busy elsewhere when the item comes
+        box.take()
+        taken.set()
+        box.take()  # waits for the end
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    box.put(1)
+    wake([box])
+    wait_taken([box], timeout_s=30)
+    assert taken.is_set() and not box.items and box.waiter is not None
+    box.put(None)
+    wake([box])
+    reader.join(timeout=30)
+
+
+def test_waiting_for_an_item_nobody_takes_ends_at_its_time_limit():
+    box = Mailbox()
+    box.put(1)
+    started = time.perf_counter()
+    wait_taken([box], timeout_s=0.05)
+    assert 0.05 <= time.perf_counter() - started < 5
+    assert box.items
+
+
+def test_the_pass_after_a_first_token_waits_until_the_loop_has_dealt_with_it():
+    """The loop's work on a first token (here a reader busy for 50 ms with it) runs before the
+    next forward pass: a pass would take every core the loop needs to send the token."""
+    backend, scheduler = make(parallel=2, delay_s=0.001, first_token_wait_s=30)
+    started: list[float] = []
+    decode = backend.decode
+
+    def timed(entries):
+        started.append(time.perf_counter())
+        return decode(entries)
+
+    backend.decode = timed
+    try:
+
+        async def main() -> tuple[list[int], float, float]:
+            cancel = CancelToken()
+            stream = PushedStream(lambda: submit(scheduler, prompt(3), params(8), cancel), cancel)
+            tokens, received, handled = [], 0.0, 0.0
+            async for token in stream:
+                if not tokens:
+                    received = time.perf_counter()
+                    time.sleep(0.05)  # the loop busy with the first token
+                    handled = time.perf_counter()
+                tokens.append(token)
+            return tokens, received, handled
+
+        tokens, received, handled = asyncio.run(main())
+        assert tokens == alone(prompt(3), 8)
+        assert not [t for t in started if received <= t < handled]  # no pass while it was busy
+        assert any(t >= handled for t in started)
+    finally:
+        scheduler.close()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from llmflow.engines.llama_cpp import ALL_LAYERS, KV_CACHE_TYPES, LlamaCppOption
 from llmflow.engines.llama_cpp_batched import (
     CPU_N_BATCH,
     CPU_PREFILL_CHUNK,
+    FIRST_TOKEN_WAIT_S,
     GPU_KV_BUDGET_BYTES,
     GPU_MAX_SEQUENCES,
     GPU_N_BATCH,
@@ -16,6 +17,7 @@ from llmflow.engines.llama_cpp_batched import (
     LlamaCppBatchedOptions,
     batch_shape,
     default_parallel,
+    first_token_wait_s,
 )
 from llmflow.errors import InvalidParams
 
@@ -75,6 +77,12 @@ def test_cpu_defaults_are_unchanged():
     s = shape(False, n_ctx=512, cores=2)
     assert (s.parallel, s.n_batch, s.prefill_chunk) == (8, CPU_N_BATCH, CPU_PREFILL_CHUNK)
     assert (s.kv_unified, s.one_pass, s.on_gpu) == (False, False, False)
+
+
+def test_a_step_waits_for_first_tokens_to_go_out_only_where_the_pass_takes_every_core():
+    assert first_token_wait_s(shape(False, cores=2), n_threads=2, cores=2) == FIRST_TOKEN_WAIT_S
+    assert first_token_wait_s(shape(False, cores=4), n_threads=2, cores=4) == 0.0
+    assert first_token_wait_s(shape(True), n_threads=16, cores=16) == 0.0
 
 
 def test_gpu_defaults_batch_wide_in_one_pass_per_step():

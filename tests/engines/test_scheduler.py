@@ -100,7 +100,14 @@ def alone(prompt: list[int], max_tokens: int, seed: int = 0, n_ctx: int = 256) -
 
 
 def make(
-    parallel=4, delay_s=0.0, n_batch=64, one_pass=False, reuse_tokens=True, prompt_cache=None, openings=True
+    parallel=4,
+    delay_s=0.0,
+    n_batch=64,
+    one_pass=False,
+    reuse_tokens=True,
+    prompt_cache=None,
+    openings=True,
+    first_token_wait_s=0.0,
 ):
     backend = SimBackend(parallel, delay_s)
     scheduler = BatchScheduler(
@@ -114,6 +121,7 @@ def make(
         reuse_tokens=reuse_tokens,
         prompt_cache=prompt_cache,
         next_turn_openings=openings,
+        first_token_wait_s=first_token_wait_s,
     )
     return backend, scheduler
 
