@@ -319,6 +319,11 @@ class Engine(ABC):
         """What the prompt cache's tiers hold (bytes, entries); None: the engine has none."""
         return None
 
+    def next_turn_tokens_computed(self) -> int | None:
+        """Tokens computed while idle after answers, for their conversations' next turns (the
+        `next_turn_opening` option); None: the engine computes none."""
+        return None
+
     def image_stats(self) -> ImageCacheStats | None:
         """Images encoded and reused from its cache of encoded images; None: it reads none."""
         return None

@@ -506,6 +506,9 @@ class LlamaCppEngine(ReadsImages, VocabMethods, Engine):
     def cache_stats(self) -> CacheStats | None:
         return self._prompt_cache.stats() if self._prompt_cache is not None else None
 
+    def next_turn_tokens_computed(self) -> int | None:
+        return self.next_turn_tokens_total
+
     def speculation_stats(self) -> SpeculationCounts | None:
         return self._speculation_counts if self._speculation is not None else None
 

@@ -280,6 +280,9 @@ class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
     def cache_stats(self) -> CacheStats | None:
         return self._prompt_cache.stats() if self._prompt_cache is not None else None
 
+    def next_turn_tokens_computed(self) -> int | None:
+        return self._scheduler.stats().next_turn_tokens_total
+
     def persist(self) -> None:
         self._scheduler.persist()
 

@@ -70,6 +70,8 @@ class ModelLoad:
     speculation: SpeculationCounts | None = None
     #: its engine's encoded images (`Engine.image_stats()`), when it reads images
     images: ImageCacheStats | None = None
+    #: tokens its engine computed while idle for next turns (`Engine.next_turn_tokens_computed()`)
+    next_turn_tokens: int | None = None
 
 
 class ServerMetrics:
@@ -253,7 +255,8 @@ class _ModelGauges(Collector):
                 families["sequences"].add_metric(name, stats.parallel)
                 families["free"].add_metric(name, stats.free_sequences)
                 families["generated"].add_metric(name, stats.tokens_generated_total)
-                families["opened"].add_metric(name, stats.next_turn_tokens_total)
+            if load.next_turn_tokens is not None:
+                families["opened"].add_metric(name, load.next_turn_tokens)
         families["cache_bytes"] = cache_bytes
         yield from (family for family in (proposed, accepted, images, image_bytes) if family.samples)
         yield from (family for family in families.values() if family.samples)  # absent, as before, when empty

@@ -85,6 +85,7 @@ class ModelSlot:
             cache_stats=engine.cache_stats() if engine is not None else None,
             speculation=engine.speculation_stats() if engine is not None else None,
             images=engine.image_stats() if engine is not None else None,
+            next_turn_tokens=engine.next_turn_tokens_computed() if engine is not None else None,
             memory_bytes=self.memory_bytes,
         )
 

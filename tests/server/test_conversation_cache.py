@@ -8,6 +8,7 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ from openai import OpenAI
 from llmflow import LLM
 from llmflow.server import ServedModel
 from tests.bench.servers import free_port
-from tests.server.conftest import TIMEOUT_S, running, wait_healthy
+from tests.server.conftest import TIMEOUT_S, metric, running, wait_healthy
 
 SYSTEM = "You are a terse assistant for a shop that sells paint. " * 12
 
@@ -98,6 +99,19 @@ def test_metrics_count_reused_and_computed_prompt_tokens(client, model_name, ser
     assert reused == sum(u.prompt_tokens_details.cached_tokens for u in usages)
     assert reused + computed == sum(u.prompt_tokens for u in usages)
     assert "llmflow_prompt_cache_bytes{" in after
+
+
+def test_metrics_count_the_tokens_computed_while_idle_for_the_next_turn(client, model_name, server):
+    """Either engine computes an answer's next-turn opening once idle, counted in /metrics."""
+    name = "llmflow_engine_next_turn_tokens"
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as http:
+        before = metric(http.get("/metrics").text, name, model=model_name)
+        chat_turns(client, model_name, turns=1)
+        deadline = time.monotonic() + 30
+        while (after := metric(http.get("/metrics").text, name, model=model_name)) == before:
+            assert time.monotonic() < deadline, f"{name} stayed at {before}"
+            time.sleep(0.05)
+    assert after > before
 
 
 def test_a_restarted_server_finds_the_conversation_in_its_cache_directory(tmp_path):
