@@ -94,15 +94,23 @@ def log(
         model_source(model, **options)  # bad arguments fail before MLflow creates anything
         if tracking_uri:
             mlflow.set_tracking_uri(tracking_uri)
-        if experiment:
-            mlflow.set_experiment(experiment)
-        with mlflow.start_run() as run:
+        with mlflow.start_run(experiment_id=_experiment_id(experiment) if experiment else None) as run:
             info = log_model(name, model, registered_model_name=registered_model_name, **options)
         typer.secho(f"run {run.info.run_id}: runs:/{run.info.run_id}/{name}", err=True, dim=True)
         uri = info.model_uri
         if registered_model_name is not None:
             uri = f"models:/{registered_model_name}/{info.registered_model_version}"
     typer.echo(uri)
+
+
+def _experiment_id(name: str) -> str:
+    """The experiment called `name`, made if missing: the run goes there without making it the
+    process's active experiment (`mlflow.set_experiment`), which would outlive the command where
+    it runs in process, and outrank `MLFLOW_EXPERIMENT_ID` for every later trace and run."""
+    import mlflow
+
+    found = mlflow.get_experiment_by_name(name)
+    return found.experiment_id if found is not None else mlflow.create_experiment(name)
 
 
 def _adapters(values: list[str]) -> dict[str, str]:

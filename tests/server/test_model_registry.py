@@ -132,6 +132,7 @@ def sized(monkeypatch) -> tuple[dict[str, int], dict[str, int], list[str]]:
             cache_stats=lambda: None,
             speculation_stats=lambda: None,
             image_stats=lambda: None,
+            next_turn_tokens_computed=lambda: None,
             persist=lambda: None,
         )
         return ServedModel(name, llm=SimpleNamespace(engine=engine, close=lambda: None))  # type: ignore[arg-type]
