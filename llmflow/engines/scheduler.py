@@ -454,7 +454,7 @@ class BatchScheduler:
         # owned by the scheduler thread
         #: mailboxes given something since their consumers were last woken
         self._delivered: list[Mailbox] = []
-        #: mailboxes given their request's first token in this step
+        #: mailboxes given their request's first token in this step (with `first_token_wait_s`)
         self._first_tokens: list[Mailbox] = []
         self._running: list[Request] = []  # in admission order
         self._holder: list[Request | None] = [None] * parallel
@@ -650,8 +650,7 @@ class BatchScheduler:
         next pass's threads take the cores (on two cores, a consumer woken into a running pass
         waited 3-5 ms for one in two requests out of five)."""
         boxes, self._first_tokens = self._first_tokens, []
-        if self.first_token_wait_s > 0:
-            wait_taken(boxes, self.first_token_wait_s)
+        wait_taken(boxes, self.first_token_wait_s)
 
     def _await_encodings(self) -> None:
         """Nothing to compute: every running request waits for an image's encoding. Sleep until
@@ -810,7 +809,7 @@ class BatchScheduler:
         self._generated += 1
         request.box.put(token)
         self._delivered.append(request.box)
-        if request.generated == 1:
+        if request.generated == 1 and self.first_token_wait_s > 0:
             self._first_tokens.append(request.box)
         if token in self._eos or request.generated >= request.limit:
             self._finish(request, whole=True)
@@ -847,10 +846,8 @@ class BatchScheduler:
         self.backend.truncate(seq, 0)
 
     def _note_opening(self, seq: int, request: Request) -> None:
-        """What `seq` would compute while idle for the conversation's next turn: the answer's
-        tokens not computed yet (the last one sampled; an end-of-generation token left out, as
-        the next prompt spells the end of the answer with the template's boundary), then the
-        template's next-turn opening."""
+        """What `seq` would compute while idle for the conversation's next turn
+        (`next_turn_tokens`)."""
         tokens = next_turn_tokens(request.tokens[request.fed :], self._eos, request.next_turn_opening)
         self._openings.pop(seq, None)  # re-inserted: the most recent answer last
         self._openings[seq] = (self._cached[seq], tokens)
