@@ -421,6 +421,7 @@ class BatchScheduler:
         draft_model: SequenceDrafter | None = None,
         equal_drafts: bool = False,
         first_token_wait_s: float = 0.0,
+        wake_at_pass: bool = False,
     ):
         """`one_pass`: each step is one forward pass over the decoding tokens and the prompt
         chunks together (for a GPU, where that costs about as much as the decoding tokens alone).
@@ -431,7 +432,10 @@ class BatchScheduler:
         `next_turn_openings`: compute a whole answer's next-turn opening once idle (with
         `reuse_tokens`; `_open_next_turn`). `first_token_wait_s`: after a step that gave requests
         their first token, how long the next step may wait for those tokens' consumers to take
-        them (`wait_taken`; for a forward pass that takes every core)."""
+        them (`wait_taken`; for a forward pass that takes every core). `wake_at_pass`: a step's
+        tokens wake their consumers as the next forward pass starts, not as the step ends, so
+        that the consumers (the event loop, streaming them) take the GIL while a device computes
+        rather than while this thread plans the pass (for a pass that leaves the cores free)."""
         if n_batch < max(parallel, prefill_chunk):
             raise ValueError(f"n_batch ({n_batch}) must be at least parallel and prefill_chunk")
         self.backend = backend
@@ -443,6 +447,7 @@ class BatchScheduler:
         self.reuse_tokens = reuse_tokens
         self.next_turn_openings = next_turn_openings
         self.first_token_wait_s = first_token_wait_s
+        self.wake_at_pass = wake_at_pass
         self.prompt_cache = prompt_cache if prompt_cache is not None and prompt_cache.enabled else None
         self._eos = frozenset(eos_token_ids)
         self._cond = threading.Condition()
@@ -629,6 +634,7 @@ class BatchScheduler:
         )
         self._steps += 1
         if not plan.decode and not plan.prefill:
+            self._deliver()
             if any(not e.done() for r in running for e in r.encodings.values()):
                 self._await_encodings()
             return
@@ -637,11 +643,13 @@ class BatchScheduler:
         else:
             if plan.decode:
                 self._forward(plan.decode)
-                self._deliver()  # the decoding streams' tokens go out before the prompt chunks run
+                if not self.wake_at_pass:  # else the first prompt chunk's pass delivers them
+                    self._deliver()  # the decoding streams' tokens go out before the prompt chunks run
             for item in plan.prefill:
                 if item[0].seq >= 0:  # not ended by a failed pass
                     self._forward([item])
-        self._deliver()
+        if not self.wake_at_pass or not self._running or self._first_tokens:
+            self._deliver()  # else the next pass delivers, as it starts (`_forward`)
         if self._first_tokens:
             self._let_first_tokens_out()
 
@@ -725,6 +733,8 @@ class BatchScheduler:
         if not planned:
             return
         entries = [entry for _, entry in planned]
+        if self.wake_at_pass:
+            self._deliver()
         try:
             started = time.perf_counter()
             sampled = iter(self.backend.decode(entries))

@@ -218,13 +218,14 @@ def test_no_sequence_leaks_after_200_mixed_requests(llm):
 
 @pytest.mark.parametrize(
     "options",
-    [{"kv_unified": True}, {"one_pass": True}],
+    [{"kv_unified": True}, {"one_pass": True, "wake_at_pass": True}],
     ids=["one_kv_pool", "one_pass_with_a_stream_each"],
 )
 def test_one_pass_steps_serve_streams_that_end_at_different_times(options):
     """The GPU's way of stepping, on the CPU: prompt chunks and decoding tokens in one
-    llama_decode. In one KV pool a finished request's cells stay behind: moving a running sequence
-    into its place must replace them, or positions clash and llama_decode fails."""
+    llama_decode, a step's tokens going out as the next pass starts. In one KV pool a finished
+    request's cells stay behind: moving a running sequence into its place must replace them, or
+    positions clash and llama_decode fails."""
     pooled = LLM.load(engine="llama_cpp_batched", engine_options={"n_ctx": 256, "parallel": 4, **options})
     try:
         lengths = [3 + 5 * (i % 4) for i in range(12)]  # more than `parallel`: sequences are reused

@@ -108,6 +108,7 @@ def make(
     prompt_cache=None,
     openings=True,
     first_token_wait_s=0.0,
+    wake_at_pass=False,
 ):
     backend = SimBackend(parallel, delay_s)
     scheduler = BatchScheduler(
@@ -122,13 +123,14 @@ def make(
         prompt_cache=prompt_cache,
         next_turn_openings=openings,
         first_token_wait_s=first_token_wait_s,
+        wake_at_pass=wake_at_pass,
     )
     return backend, scheduler
 
 
-@pytest.fixture
-def sim():
-    backend, scheduler = make()
+@pytest.fixture(params=[False, True], ids=["wake-at-step-end", "wake-at-pass"])
+def sim(request):
+    backend, scheduler = make(wake_at_pass=request.param)
     yield backend, scheduler
     scheduler.close()
 
@@ -619,3 +621,38 @@ def test_a_group_whose_leader_is_cancelled_still_answers_nothing_more(sim):
     assert all(len(r) <= 200 for r in _read_all(streams))
     settle(scheduler)
     assert scheduler.stats().running == 0 and not backend.samplers
+
+
+@pytest.mark.parametrize("one_pass", [False, True])
+def test_with_wake_at_pass_a_steps_tokens_go_out_once_the_next_step_is_planned(one_pass):
+    """A consumer waiting for a token sampled in one pass is woken after the next step's
+    planning (its admissions) and before that step's pass: planning never competes with it for
+    the GIL. (One that does not wait takes what is there: a token is in its mailbox at once.)"""
+    backend, scheduler = make(delay_s=0.005, one_pass=one_pass, openings=False, wake_at_pass=True)
+    planned, planned_at_pass = [0], []
+    admit, decode = scheduler._admit, backend.decode
+
+    def counted_admit():
+        planned[0] += 1
+        admit()
+
+    def counted_decode(entries):
+        planned_at_pass.append(planned[0])
+        return decode(entries)
+
+    scheduler._admit, backend.decode = counted_admit, counted_decode
+    try:
+        seen = []
+        tokens = []
+        for token in submit(scheduler, prompt(1), params(12), CancelToken()):
+            tokens.append(token)
+            seen.append(planned[0])
+        assert tokens == alone(prompt(1), 12)
+        settle(scheduler)
+        first_pass = len(planned_at_pass) - len(tokens)  # the one that sampled the first token
+        # from the second token on, the consumer waited for each (the first may be there before
+        # it asks; the last ends the request, which goes out with its step)
+        for i, steps_planned in list(enumerate(seen))[1:-1]:
+            assert steps_planned > planned_at_pass[first_pass + i], i
+    finally:
+        scheduler.close()
