@@ -100,11 +100,11 @@ class LlamaCppBatchedOptions(LlamaCppOptions):
         "together; default: on a GPU (or with kv_unified). Off, each prompt chunk is a pass of its "
         "own, and on the CPU a request's numbers do not depend on what runs beside it",
     )
-    wake_at_pass: bool | None = Field(
-        None,
+    wake_at_pass: bool = Field(
+        False,
         description="a step's tokens go to their streams as the next forward pass starts rather "
-        "than as the step ends, so the server streams them while the device computes instead of "
-        "taking the GIL while the next pass is planned; default: on a GPU",
+        "than as the step ends, so the server streams them while a GPU computes instead of "
+        "taking the GIL while the next pass is planned (off by default: not yet measured on a GPU)",
     )
 
     @field_validator("prefill_chunk")
@@ -219,7 +219,7 @@ class LlamaCppBatchedEngine(ReadsImages, VocabMethods, Engine):
             draft_model=draft,
             equal_drafts=not shape.kv_unified,
             first_token_wait_s=first_token_wait_s(shape, options.n_threads, usable_cores()),
-            wake_at_pass=shape.on_gpu if options.wake_at_pass is None else options.wake_at_pass,
+            wake_at_pass=options.wake_at_pass,
         )
 
     @classmethod
