@@ -4,7 +4,8 @@
 #
 #   run_h200.sh build  SRC WORK          # llama-cpp-python + llama.cpp tools with CUDA (~4 min)
 #   run_h200.sh models SRC TOKENIZER WORK # random Llama-3-8B shape: f16 + Q4_K_M; SmolLM2 shape: Q4_1
-#                                        # (f16 first; the quantized ones once llama-quantize is built)
+#                                        # (f16 first, quantized once llama-quantize is built); with
+#                                        # WORK/smol.gguf (the embedded model) it in the 8B shape too
 #   run_h200.sh prepare SRC TOKENIZER WHEELS WORK  # build + wheels, the models made beside them
 #                                        # (WORK/models.log); returns when they are done or at WAIT_UNTIL_S (480)
 #   run_h200.sh measure SRC TOKENIZER WORK OUT  # after prepare: OUT/serving64.json, llmflow serve and
@@ -15,7 +16,7 @@
 #   run_h200.sh wheels WHEELS WORK       # llmflow serve's dependencies (server_wheels.sh) into WORK/site
 #   run_h200.sh bench WORK OUT.json [ARGS...]  # benchmarks/gpu/bench_llama_cpp_gpu.py
 #   run_h200.sh sessions WORK OUT.json [ARGS...]  # bench_sessions.py --peers-only, 8B Q4_K_M
-#   run_h200.sh speculation WORK OUT.json [ARGS...]  # bench_speculation_servers.py, 8B Q4_K_M
+#   run_h200.sh speculation WORK OUT.json [ARGS...]  # bench_speculation_servers.py, 8B Q4_K_M or MODEL
 #   run_h200.sh vision SRC TOKENIZER WORK  # after build: make_vision_model.py --shape smolvlm-256m
 #                                        # into WORK/vision-256m, the text model in Q8_0 (~1 min)
 #   run_h200.sh images WORK OUT.json VISION [ARGS...]  # bench_images.py against llama-server --mmproj,
@@ -54,22 +55,21 @@ case $1 in
         # the build and the wheels may be installing into WORK/site meanwhile: nothing here reads it
         export PYTHONPATH=$root
         started=$SECONDS
-        mkdir -p "$work/models"
-        rm -f "$work/models/.done"
+        mkdir -p "$work/models" && rm -f "$work/models/.done"
         echo $$ >"$work/models.pid"
         for shape in smollm2-135m llama3-8b; do
             python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape "$shape"
         done
-        echo "f16 files after $((SECONDS - started)) s"
         # a build running beside this one links llama-quantize last: wait for it (at most 15 min)
-        for _ in $(seq 900); do
-            [[ -x $work/bin/llama-quantize ]] && break
-            sleep 1
-        done
+        for _ in $(seq 900); do [[ -x $work/bin/llama-quantize ]] && break || sleep 1; done
         python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape smollm2-135m \
             --quantize-with "$work/bin/llama-quantize" --types Q4_1
         python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape llama3-8b \
             --quantize-with "$work/bin/llama-quantize" --types Q4_K_M
+        if [[ -f $work/smol.gguf ]]; then # the embedded model, carried: the 8B shape that copies
+            python3 "$root/scripts/widen_gguf.py" "$work/wide-f16.gguf" --small "$work/smol.gguf" --gguf-py "$src/gguf-py"
+            "$work/bin/llama-quantize" "$work/wide-f16.gguf" "$work/models/wide-8b-Q4_K_M.gguf" Q4_K_M && rm "$work/wide-f16.gguf"
+        fi
         ls -la "$work/models"
         echo "models made in $((SECONDS - started)) s"
         touch "$work/models/.done"
@@ -166,7 +166,7 @@ case $1 in
         shift 3
         with_build "$work"
         cd "$root"
-        python3 -m benchmarks.bench_speculation_servers --model "$work/models/llama3-8b-Q4_K_M.gguf" \
+        python3 -m benchmarks.bench_speculation_servers --model "${MODEL:-$work/models/llama3-8b-Q4_K_M.gguf}" \
             --llama-server "$work/bin/llama-server" --llama-server-args "-ngl 999" --out "$out" "$@"
         ;;
     vision)
