@@ -648,8 +648,14 @@ class BatchScheduler:
             for item in plan.prefill:
                 if item[0].seq >= 0:  # not ended by a failed pass
                     self._forward([item])
-        if not self.wake_at_pass or not self._running or self._first_tokens:
-            self._deliver()  # else the next pass delivers, as it starts (`_forward`)
+        self._end_step()
+
+    def _end_step(self) -> None:
+        """Hand out what the step gave: now, or with `wake_at_pass` as the next pass starts
+        (`_forward`), unless no pass follows (nothing runs) or first tokens are waited for."""
+        if self.wake_at_pass and self._running and not self._first_tokens:
+            return
+        self._deliver()
         if self._first_tokens:
             self._let_first_tokens_out()
 

@@ -628,7 +628,7 @@ def test_with_wake_at_pass_a_steps_tokens_go_out_once_the_next_step_is_planned(o
     """A consumer waiting for a token sampled in one pass is woken after the next step's
     planning (its admissions) and before that step's pass: planning never competes with it for
     the GIL. (One that does not wait takes what is there: a token is in its mailbox at once.)"""
-    backend, scheduler = make(delay_s=0.005, one_pass=one_pass, openings=False, wake_at_pass=True)
+    backend, scheduler = make(delay_s=0.02, one_pass=one_pass, openings=False, wake_at_pass=True)
     planned, planned_at_pass = [0], []
     admit, decode = scheduler._admit, backend.decode
 
