@@ -72,6 +72,8 @@ class DraftSession:
     """A `Proposer` over a draft model for one generation: its tokens so far (prompt and answer)."""
 
     __slots__ = ("_model", "_tokens")
+    #: a draft model's proposals are its own, never a copy picked up
+    continues = False
 
     def __init__(self, model: DraftModel, prompt: Sequence[int]):
         self._model = model

@@ -20,7 +20,7 @@ from llmflow.engines.base import TokenRequest
 from llmflow.engines.llama_cpp_media import Projector
 from llmflow.engines.logprobs import scored
 from llmflow.engines.speculation import (
-    Acceptance,
+    Acceptances,
     PassCost,
     Proposer,
     Shadow,
@@ -227,50 +227,60 @@ def generate(
         if drafting is None:
             continue
         if draft:
-            drafting.acceptance.add(len(draft), taken)
+            drafting.current.add(len(draft), taken)
         draft = drafting.next(constraint, steps.n_batch - 1, limit - produced - 1)
 
 
 class _Drafting:
-    """One generation's drafts in the one-at-a-time loop: its proposer, its acceptance, the
+    """One generation's drafts in the one-at-a-time loop: its proposer, its acceptances (`current`:
+    the one its last draft is judged by; `held`: the one of the proposal its shadow holds), the
     engine's pass cost and, when proposals cost nothing (prompt lookup), the `Shadow` of a
     proposal the planner declined."""
 
-    __slots__ = ("lookup", "speculation", "cost", "acceptance", "shadow")
+    __slots__ = ("lookup", "speculation", "cost", "acceptances", "current", "held", "shadow")
 
     def __init__(self, lookup: Proposer, speculation: Speculation, cost: PassCost, free: bool):
         self.lookup = lookup
         self.speculation = speculation
         self.cost = cost
-        self.acceptance = Acceptance()
+        self.acceptances = Acceptances()
+        self.current = self.held = self.acceptances.fresh
         self.shadow = Shadow() if free else None
 
     def take(self, token: int) -> None:
         """The generation took `token`."""
         self.lookup.append(token)
         if self.shadow is not None:
-            self.shadow.see(token, self.acceptance)
+            self.shadow.see(token, self.held)
 
     def next(self, constraint: TokenMatcher | None, room: int, left: int) -> list[int]:
         """The next draft: as long as `plan_lengths` finds worth a pass, within the batch and
         the tokens left, cut before the first token an output constraint refuses (verifying a
-        token that could never be sampled is wasted work)."""
-        self.acceptance.fade()
+        token that could never be sampled is wasted work). A look-up costs nothing, so its
+        proposal comes first and the planner sizes it by its own length and kind; a draft
+        model's costs its passes, so it is asked for the planned length only."""
+        self.acceptances.fade()
         most = min(self.speculation.draft_max, room, left)
         if most <= 0:
             return []
-        rate = self.acceptance.rate
-        k = plan_lengths(1, [(rate, most)], self.cost.curve(), most, self.speculation.draft_min)[0]
-        shadow = self.shadow
-        if k == 0:
-            # not cut by the constraint: a refused token is never sampled, so it simply ends the
-            # comparison, and the grammar is not walked for a proposal no pass verifies
-            if shadow is not None and not shadow.active:
-                shadow.hold(self.lookup.propose(most))
-            return []
-        if shadow is not None:
+        shadow, least = self.shadow, self.speculation.draft_min
+        if shadow is None:
+            self.current = self.acceptances.fresh
+            k = plan_lengths(1, [(self.current.rate, most)], self.cost.curve(), most, least)[0]
+            draft = self.lookup.propose(k) if k else []
+        else:
+            proposal = self.lookup.propose(most)
+            self.current = self.acceptances.of(self.lookup.continues)
+            k = plan_lengths(1, [(self.current.rate, len(proposal))], self.cost.curve(), most, least)[0]
+            if k == 0:
+                # not cut by the constraint: a refused token is never sampled, so it simply ends
+                # the comparison, and the grammar is not walked for a proposal no pass verifies
+                if proposal and not shadow.active:
+                    shadow.hold(proposal)
+                    self.held = self.current
+                return []
             shadow.drop()
-        draft = self.lookup.propose(k)
+            draft = proposal[:k]
         if constraint is not None and draft:
             draft = draft[: constraint.allowed_prefix(draft)]
         return draft
