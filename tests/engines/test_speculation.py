@@ -15,6 +15,7 @@ from llmflow.engines.speculation import (
     STALE_PASSES,
     UNLIKELY,
     Acceptance,
+    Acceptances,
     Drafts,
     PassCost,
     PromptLookup,
@@ -174,6 +175,47 @@ def test_the_one_at_a_time_loop_learns_from_declined_proposals_too():
         answered += 1
         assert answered < 8, "the answer copies: it should have come to draft"
     assert draft == TEXT[answered : answered + len(draft)]
+
+
+def test_a_proposal_that_picks_up_a_copy_in_progress_continues_it():
+    lookup = PromptLookup(copying(3))
+    assert lookup.propose(4) == TEXT[3:7]
+    assert not lookup.continues  # no proposal before it
+    lookup.extend(TEXT[3:5])  # the answer took what the proposal said
+    assert lookup.propose(4) == TEXT[5:9]
+    assert lookup.continues
+    lookup.extend([TEXT[5], 999, *TEXT[20:22]])  # it left the text, then matched it elsewhere
+    assert lookup.propose(4) == TEXT[22:26]
+    assert not lookup.continues
+    lookup.append(TEXT[22])
+    assert lookup.propose(4) == TEXT[23:27]
+    assert lookup.continues
+
+
+def test_drafts_that_continue_a_copy_learn_their_acceptance_apart_from_fresh_ones():
+    acceptances = Acceptances()
+    assert acceptances.of(True).rate > acceptances.of(False).rate
+    for _ in range(6):
+        acceptances.fade()
+        acceptances.of(False).add(4, 0)
+    assert acceptances.of(False).rate < 0.5 < 0.9 <= acceptances.of(True).rate
+
+
+def test_the_loop_drafts_inside_a_copy_after_fresh_matches_failed():
+    from llmflow.engines.llama_cpp_loop import _Drafting
+
+    cost = PassCost()
+    for width, seconds in FIXED_HEAVY:
+        cost.observe(width, seconds)
+    drafting = _Drafting(PromptLookup(copying(3)), Speculation(draft_max=8), cost, free=True)
+    for _ in range(10):  # fresh matches kept failing
+        drafting.acceptances.fresh.add(4, 0)
+    assert drafting.next(None, room=64, left=64) == []  # a fresh match: declined
+    drafting.take(TEXT[3])  # the answer takes what it proposed: a copy in progress
+    draft = drafting.next(None, room=64, left=64)
+    assert len(draft) >= 2
+    assert draft == TEXT[4 : 4 + len(draft)]
+    assert drafting.current is drafting.acceptances.copying
 
 
 def test_pass_cost_interpolates_what_it_saw_and_assumes_wider_passes_cheap_until_tried():
