@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from llmflow.batch.models import BatchModel
-from llmflow.cli.common import EXIT_BAD_INPUT, exit_on_llmflow_error, parse_assignments
+from llmflow.cli.common import EXIT_BAD_INPUT, exit_on_llmflow_error, parse_assignments, tracking_store
 from llmflow.errors import BatchFileError
 
 
@@ -83,11 +83,12 @@ def batch(
     completion_tokens and error columns (a bad row gets finish_reason "error", not a failed job)."""
     from llmflow.batch.files import check_input, check_output
 
-    with exit_on_llmflow_error(), _exit_on_mlflow_error(), tempfile.TemporaryDirectory() as workdir:
-        if tracking_uri:
-            import mlflow
-
-            mlflow.set_tracking_uri(tracking_uri)
+    with (
+        exit_on_llmflow_error(),
+        _exit_on_mlflow_error(),
+        tracking_store(tracking_uri),
+        tempfile.TemporaryDirectory() as workdir,
+    ):
         model_params = parse_params(params or [])
         if json_schema is not None:
             model_params["json_schema"] = read_schema(json_schema)

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from llmflow.cli.common import exit_on_llmflow_error, print_stream
+from llmflow.cli.common import exit_on_llmflow_error, print_stream, tracking_store
 from llmflow.types import Chunk
 
 #: (model_input, params) -> chunk dicts, like `PyFuncModel.predict_stream`
@@ -46,8 +46,8 @@ def chat(
         if value is not None:
             params[key] = value
     try:
-        with exit_on_llmflow_error():
-            stream = open_model(model, tracking_uri)
+        with exit_on_llmflow_error(), tracking_store(tracking_uri):
+            stream = open_model(model)
             typer.secho(HELP, err=True, dim=True)
             run_chat(stream, params, separator="|" if show_tokens else "")
     except KeyboardInterrupt:  # while loading, or a second Ctrl-C during an answer
@@ -55,17 +55,12 @@ def chat(
         raise typer.Exit(130) from None
 
 
-def open_model(model: str, tracking_uri: str | None) -> StreamFn:
+def open_model(model: str) -> StreamFn:
     """What MODEL names (see `llmflow.mlflow.model_ref`): weights load straight into llmflow, an
-    MLflow model through MLflow."""
+    MLflow model through MLflow (from the tracking store in effect)."""
     from llmflow.mlflow.model_ref import parse_model_ref, resolve
 
-    ref = parse_model_ref(model)
-    if ref.logged and tracking_uri:
-        import mlflow
-
-        mlflow.set_tracking_uri(tracking_uri)
-    resolved = resolve(ref)
+    resolved = resolve(parse_model_ref(model))
     if resolved.pyfunc is not None:
         return resolved.pyfunc.predict_stream
     from llmflow.mlflow.model import LlmflowPyfuncModel

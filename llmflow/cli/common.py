@@ -1,4 +1,5 @@
-"""What the commands share: turning llmflow errors into exit codes, and printing streams."""
+"""What the commands share: turning llmflow errors into exit codes, printing streams, and pointing
+MLflow at a tracking store for one command."""
 
 from __future__ import annotations
 
@@ -89,3 +90,22 @@ class _StderrLines(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         sys.stderr.write(record.getMessage() + "\n")
         sys.stderr.flush()
+
+
+@contextmanager
+def tracking_store(uri: str | None) -> Iterator[None]:
+    """MLflow's tracking store is `uri` (when given) for the block, then what it was before.
+    `mlflow.set_tracking_uri` is process-wide and exports `MLFLOW_TRACKING_URI` to child
+    processes, so a command run in process (a notebook, a test) would otherwise leave every later
+    run, model URI and trace pointing at its store."""
+    if not uri:
+        yield
+        return
+    import mlflow
+
+    before = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)

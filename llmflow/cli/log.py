@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from llmflow.cli.common import exit_on_llmflow_error, parse_assignments
+from llmflow.cli.common import exit_on_llmflow_error, parse_assignments, tracking_store
 
 
 def log(
@@ -92,9 +92,10 @@ def log(
         if chat_template is not None:
             options["chat_template"] = chat_template.read_text(encoding="utf-8")
         model_source(model, **options)  # bad arguments fail before MLflow creates anything
-        if tracking_uri:
-            mlflow.set_tracking_uri(tracking_uri)
-        with mlflow.start_run(experiment_id=_experiment_id(experiment) if experiment else None) as run:
+        with (
+            tracking_store(tracking_uri),
+            mlflow.start_run(experiment_id=_experiment_id(experiment) if experiment else None) as run,
+        ):
             info = log_model(name, model, registered_model_name=registered_model_name, **options)
         typer.secho(f"run {run.info.run_id}: runs:/{run.info.run_id}/{name}", err=True, dim=True)
         uri = info.model_uri
