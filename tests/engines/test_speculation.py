@@ -218,6 +218,23 @@ def test_the_loop_drafts_inside_a_copy_after_fresh_matches_failed():
     assert drafting.current is drafting.acceptances.copying
 
 
+def test_the_batching_drafts_draft_inside_a_copy_after_fresh_matches_failed():
+    drafts = Drafts(Speculation(draft_max=8))
+    for width, seconds in FIXED_HEAVY:
+        drafts.cost.observe(width, seconds)
+    assert drafts.propose([Want("a", 0, copying(3), 50)], decoding=1, room=40) == {}  # a fresh match
+    state = drafts._state["a"]
+    for _ in range(10):  # fresh matches kept failing
+        state.acceptances.fresh.add(4, 0)
+    made = drafts.propose([Want("a", 0, copying(4), 50)], decoding=1, room=40)  # it took what was proposed
+    assert len(made["a"]) >= 2
+    assert made["a"] == TEXT[4 : 4 + len(made["a"])]
+    fresh = (state.acceptances.fresh.confirmed, state.acceptances.fresh.rejected)
+    assert drafts.record("a", len(made["a"]), 1) == (len(made["a"]), 1)
+    assert state.acceptances.copying.rejected > 0  # judged as a copy's draft, not a fresh one's
+    assert (state.acceptances.fresh.confirmed, state.acceptances.fresh.rejected) == fresh
+
+
 def test_pass_cost_interpolates_what_it_saw_and_assumes_wider_passes_cheap_until_tried():
     cost = PassCost()
     assert cost.curve()(1) < cost.curve()(2) < 2 * cost.curve()(1)  # nothing seen: tried gently
