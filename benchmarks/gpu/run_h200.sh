@@ -60,18 +60,15 @@ case $1 in
         for shape in smollm2-135m llama3-8b; do
             python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape "$shape"
         done
-        if [[ -f $work/smol.gguf ]]; then # the embedded model, carried: the 8B shape that copies
-            python3 "$root/scripts/widen_gguf.py" "$work/wide-f16.gguf" --small "$work/smol.gguf" --gguf-py "$src/gguf-py"
-        fi
+        # the embedded model, carried as WORK/smol.gguf: in the 8B shape, a model that copies
+        [[ -f $work/smol.gguf ]] && python3 "$root/scripts/widen_gguf.py" "$work/wide-f16.gguf" --small "$work/smol.gguf" --gguf-py "$src/gguf-py"
         # a build running beside this one links llama-quantize last: wait for it (at most 15 min)
         for _ in $(seq 900); do [[ -x $work/bin/llama-quantize ]] && break || sleep 1; done
         python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape smollm2-135m \
             --quantize-with "$work/bin/llama-quantize" --types Q4_1
         python3 "$here/make_gguf.py" model "$src" "$tokenizer" "$work/models" --shape llama3-8b \
             --quantize-with "$work/bin/llama-quantize" --types Q4_K_M
-        if [[ -f $work/wide-f16.gguf ]]; then
-            "$work/bin/llama-quantize" "$work/wide-f16.gguf" "$work/models/wide-8b-Q4_K_M.gguf" Q4_K_M && rm "$work/wide-f16.gguf"
-        fi
+        [[ -f $work/wide-f16.gguf ]] && "$work/bin/llama-quantize" "$work/wide-f16.gguf" "$work/models/wide-8b-Q4_K_M.gguf" Q4_K_M && rm "$work/wide-f16.gguf"
         ls -la "$work/models"
         echo "models made in $((SECONDS - started)) s"
         touch "$work/models/.done"
