@@ -233,25 +233,24 @@ def generate(
 
 class _Drafting:
     """One generation's drafts in the one-at-a-time loop: its proposer, its acceptances (`current`:
-    the one its last draft is judged by; `held`: the one of the proposal its shadow holds), the
-    engine's pass cost and, when proposals cost nothing (prompt lookup), the `Shadow` of a
-    proposal the planner declined."""
+    the one its last draft is judged by), the engine's pass cost and, when proposals cost nothing
+    (prompt lookup), the `Shadow` of a proposal the planner declined."""
 
-    __slots__ = ("lookup", "speculation", "cost", "acceptances", "current", "held", "shadow")
+    __slots__ = ("lookup", "speculation", "cost", "acceptances", "current", "shadow")
 
     def __init__(self, lookup: Proposer, speculation: Speculation, cost: PassCost, free: bool):
         self.lookup = lookup
         self.speculation = speculation
         self.cost = cost
         self.acceptances = Acceptances()
-        self.current = self.held = self.acceptances.fresh
+        self.current = self.acceptances.fresh
         self.shadow = Shadow() if free else None
 
     def take(self, token: int) -> None:
         """The generation took `token`."""
         self.lookup.append(token)
         if self.shadow is not None:
-            self.shadow.see(token, self.held)
+            self.shadow.see(token)
 
     def next(self, constraint: TokenMatcher | None, room: int, left: int) -> list[int]:
         """The next draft: as long as `plan_lengths` finds worth a pass, within the batch and
@@ -276,8 +275,7 @@ class _Drafting:
                 # not cut by the constraint: a refused token is never sampled, so it simply ends
                 # the comparison, and the grammar is not walked for a proposal no pass verifies
                 if proposal and not shadow.active:
-                    shadow.hold(proposal)
-                    self.held = self.current
+                    shadow.hold(proposal, self.current)
                 return []
             shadow.drop()
             draft = proposal[:k]

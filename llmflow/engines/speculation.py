@@ -236,28 +236,31 @@ class Shadow:
     learn that it copies its prompt; a look-up costs nothing, so learning this way is free. Exact
     for sampled answers too: verification confirms a draft token when the sample equals it."""
 
-    __slots__ = ("_proposal", "_seen")
+    __slots__ = ("_proposal", "_seen", "_acceptance")
 
     def __init__(self) -> None:
         self._proposal: Sequence[int] = ()
         self._seen = 0
+        self._acceptance: Acceptance | None = None
 
     @property
     def active(self) -> bool:
         """Tokens of the proposal are still to be compared."""
         return self._seen < len(self._proposal)
 
-    def hold(self, proposal: Sequence[int]) -> None:
-        """Compare `proposal` with the next tokens taken."""
-        self._proposal, self._seen = proposal, 0
+    def hold(self, proposal: Sequence[int], acceptance: Acceptance) -> None:
+        """Compare `proposal` with the next tokens taken, as trials of `acceptance` (the one a
+        draft of it would have been judged by)."""
+        self._proposal, self._seen, self._acceptance = proposal, 0, acceptance
 
     def drop(self) -> None:
         """The generation drafts again: its verified drafts are its trials."""
         self._proposal, self._seen = (), 0
 
-    def see(self, token: int, acceptance: Acceptance) -> None:
+    def see(self, token: int) -> None:
         """The generation took `token`."""
-        if self._seen >= len(self._proposal):
+        acceptance = self._acceptance
+        if self._seen >= len(self._proposal) or acceptance is None:
             return
         confirmed = token == self._proposal[self._seen]
         acceptance.add(1, int(confirmed))
@@ -475,7 +478,7 @@ class Drafts:
             new = want.tokens[len(state.lookup) :]
             if state.shadow.active:
                 for token in new:
-                    state.shadow.see(token, state.held)
+                    state.shadow.see(token)
             state.lookup.extend(new)
             tokens = state.lookup.propose(most)
             state.current = state.acceptances.of(state.lookup.continues)
@@ -505,8 +508,7 @@ class Drafts:
         for want, state, tokens, k in zip(wants, states, offered, lengths, strict=True):
             if k == 0:
                 if tokens and not state.shadow.active:
-                    state.shadow.hold(tokens)
-                    state.held = state.current
+                    state.shadow.hold(tokens, state.current)
                 continue
             state.shadow.drop()
             draft = drafts.get(want.key, [])
@@ -547,15 +549,15 @@ class Want:
 
 
 class _Drafting:
-    """One generation's acceptances (`current`: the one its last draft is judged by; `held`: the
-    one of the proposal its `Shadow` holds), the proposed tokens of its last draft (without
-    padding) and, once it drafts by prompt lookup, its n-grams and the shadow."""
+    """One generation's acceptances (`current`: the one its last draft is judged by), the
+    proposed tokens of its last draft (without padding) and, once it drafts by prompt lookup, its
+    n-grams and the `Shadow` of a proposal declined."""
 
-    __slots__ = ("acceptances", "current", "held", "proposed", "lookup", "shadow")
+    __slots__ = ("acceptances", "current", "proposed", "lookup", "shadow")
 
     def __init__(self) -> None:
         self.acceptances = Acceptances()
-        self.current = self.held = self.acceptances.fresh
+        self.current = self.acceptances.fresh
         self.proposed = 0
         self.lookup: PromptLookup | None = None
         self.shadow = Shadow()

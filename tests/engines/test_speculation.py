@@ -116,9 +116,9 @@ def test_acceptance_rises_on_confirmed_drafts_falls_on_rejections_and_fades_back
 
 def test_a_shadow_counts_as_the_trials_its_verification_would_have_been():
     shadowed, shadow = Acceptance(), Shadow()
-    shadow.hold([1, 2, 3, 4])
+    shadow.hold([1, 2, 3, 4], shadowed)
     for token in (1, 2, 9, 4):  # two agree, then one differs: the rest is never compared
-        shadow.see(token, shadowed)
+        shadow.see(token)
     assert not shadow.active
     verified = Acceptance()
     for confirmed in (1, 1, 0):  # the same three tokens, each verified in a pass of its own
